@@ -1,0 +1,156 @@
+//! The seam between the core and a database backend.
+//!
+//! **Internal seam**: the trait and its `*Params` may change in any release; implement it only
+//! inside this workspace. Backends only run SQL; every policy decision (lease cadence, ordering,
+//! backoff, dead letters) is taken in the core and passed in as parameters.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::event::OutboxEvent;
+use crate::table::OutboxTable;
+
+/// One event about to be inserted, validated and encoded by the core.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventInsertParams {
+    /// The event id (UUID v7).
+    pub id: Uuid,
+    /// The topic.
+    pub topic: String,
+    /// The encoded payload.
+    pub payload: Value,
+    /// The encoded headers.
+    pub headers: Map<String, Value>,
+    /// The ordering key.
+    pub ordering_key: Option<String>,
+    /// The idempotency key.
+    pub idempotency_key: Option<String>,
+}
+
+/// Lease the next batch (DESIGN §7 step 1–2).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventLeaseParams {
+    /// The relay's clock: events due at or before it, leases expired before it.
+    pub now: DateTime<Utc>,
+    /// The new lease end.
+    pub lease_until: DateTime<Utc>,
+    /// The relay name written to `leased_by`.
+    pub leased_by: String,
+    /// At most this many events (the relay's batch size).
+    pub limit: i64,
+}
+
+/// Extend the lease of events still held by `leased_by`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventLeaseExtendParams {
+    /// Sequences of the batch in flight.
+    pub sequences: Vec<i64>,
+    /// The relay holding them.
+    pub leased_by: String,
+    /// The new lease end.
+    pub lease_until: DateTime<Utc>,
+}
+
+/// Mark events delivered.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventMarkDeliveredParams {
+    /// Sequences of the delivered events.
+    pub sequences: Vec<i64>,
+    /// The relay's clock, written to `published_at`.
+    pub now: DateTime<Utc>,
+}
+
+/// One failed delivery to record.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventFailure {
+    /// The event's sequence.
+    pub sequence: i64,
+    /// The new `attempts` value.
+    pub attempts: i32,
+    /// The error text.
+    pub error: String,
+    /// When to try again; `None` when dead-lettered.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// `Some(now)` when the event ran out of attempts.
+    pub dead_lettered_at: Option<DateTime<Utc>>,
+}
+
+/// Record failures, only for events `leased_by` still holds and nobody published.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventMarkFailedParams {
+    /// The failures.
+    pub failures: Vec<EventFailure>,
+    /// The relay that leased the events.
+    pub leased_by: String,
+}
+
+macro_rules! params_new {
+    ($t:ident { $($f:ident : $ty:ty),* $(,)? }) => {
+        impl $t {
+            /// Builds the parameters from every field.
+            #[allow(clippy::too_many_arguments)]
+            pub fn new($($f: $ty),*) -> Self {
+                $t { $($f),* }
+            }
+        }
+    };
+}
+params_new!(EventInsertParams { id: Uuid, topic: String, payload: Value, headers: Map<String, Value>, ordering_key: Option<String>, idempotency_key: Option<String> });
+params_new!(EventLeaseParams { now: DateTime<Utc>, lease_until: DateTime<Utc>, leased_by: String, limit: i64 });
+params_new!(EventLeaseExtendParams { sequences: Vec<i64>, leased_by: String, lease_until: DateTime<Utc> });
+params_new!(EventMarkDeliveredParams { sequences: Vec<i64>, now: DateTime<Utc> });
+params_new!(EventFailure { sequence: i64, attempts: i32, error: String, next_attempt_at: Option<DateTime<Utc>>, dead_lettered_at: Option<DateTime<Utc>> });
+params_new!(EventMarkFailedParams { failures: Vec<EventFailure>, leased_by: String });
+
+/// A database backend: one method per SQL statement.
+///
+/// `Conn` is the caller's connection type (`sqlx::PgConnection`, `sqlx::SqliteConnection`);
+/// enqueue runs on it so the event commits and rolls back with the caller's transaction. The other
+/// statements run on the backend's own pool, each in its own short transaction.
+#[async_trait]
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// The connection type enqueue writes through.
+    type Conn: Send;
+
+    /// A short name for logs: `"postgres"`, `"sqlite"`.
+    fn name(&self) -> &'static str;
+
+    /// The DDL of `table`: the table and its indexes, idempotent (`IF NOT EXISTS`).
+    fn schema_sql(&self, table: &OutboxTable) -> String;
+
+    /// Applies [`Backend::schema_sql`]; safe to run concurrently and repeatedly.
+    async fn migrate(&self, table: &OutboxTable) -> Result<()>;
+
+    /// Inserts one event on `conn`; on an idempotency key that is already stored, inserts nothing
+    /// and returns the stored event.
+    async fn event_insert(
+        &self,
+        conn: &mut Self::Conn,
+        table: &OutboxTable,
+        params: &EventInsertParams,
+    ) -> Result<OutboxEvent>;
+
+    /// Leases the next batch, in `sequence` order.
+    async fn event_lease(&self, table: &OutboxTable, params: &EventLeaseParams) -> Result<Vec<OutboxEvent>>;
+
+    /// Extends the lease of a batch in flight; returns the number of rows still held.
+    async fn event_lease_extend(&self, table: &OutboxTable, params: &EventLeaseExtendParams) -> Result<u64>;
+
+    /// Marks events published in one statement; returns the number of rows changed.
+    async fn event_mark_delivered(&self, table: &OutboxTable, params: &EventMarkDeliveredParams) -> Result<u64>;
+
+    /// Records failures; returns the number of rows changed.
+    async fn event_mark_failed(&self, table: &OutboxTable, params: &EventMarkFailedParams) -> Result<u64>;
+
+    /// Reads one event by id (for tests and tools).
+    async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>>;
+}

@@ -1,0 +1,184 @@
+//! Relay options with the seed's defaults (seed 001 § OutboxRelay).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Smallest and largest batch size (seed 001 § OutboxRelay: `batch_size` from 1 to 10000).
+pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
+
+/// Options of an [`OutboxRelay`](super::OutboxRelay). Every option has the seed's default; set
+/// them with the `with_*` methods. Checked by [`RelayConfig::validate`] when the relay is built.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RelayConfig {
+    /// How long to wait between polls when the last poll found less than a full batch.
+    /// Defaults to 5 s.
+    pub poll_interval: Duration,
+    /// Most events leased per poll. 1 to 10000. Defaults to 100.
+    pub batch_size: usize,
+    /// Attempts before an event is dead-lettered. At least 1. Defaults to 5.
+    pub max_delivery_attempts: i32,
+    /// First retry delay; doubled each attempt. Defaults to 1 s.
+    pub retry_base: Duration,
+    /// Longest retry delay. Defaults to 300 s.
+    pub retry_max: Duration,
+    /// How long a leased batch is held before another relay may take it. Defaults to 60 s.
+    pub lease: Duration,
+    /// How long one delivery may take; must be shorter than `lease`. Defaults to 30 s.
+    pub delivery_timeout: Duration,
+    /// Events delivered at once by a delivery that sends one by one. At least 1. Defaults to 10.
+    pub concurrency: usize,
+    /// Relay name written to `leased_by`. Defaults to `host:pid:random`.
+    pub name: String,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            poll_interval: Duration::from_secs(5),
+            batch_size: 100,
+            max_delivery_attempts: 5,
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+            lease: Duration::from_secs(60),
+            delivery_timeout: Duration::from_secs(30),
+            concurrency: 10,
+            name: default_name(),
+        }
+    }
+}
+
+macro_rules! with {
+    ($(#[$doc:meta] $fn:ident: $field:ident: $ty:ty),* $(,)?) => {
+        $(#[$doc] pub fn $fn(mut self, value: $ty) -> Self { self.$field = value; self })*
+    };
+}
+
+impl RelayConfig {
+    with! {
+        /// Sets [`RelayConfig::poll_interval`].
+        with_poll_interval: poll_interval: Duration,
+        /// Sets [`RelayConfig::batch_size`].
+        with_batch_size: batch_size: usize,
+        /// Sets [`RelayConfig::max_delivery_attempts`].
+        with_max_delivery_attempts: max_delivery_attempts: i32,
+        /// Sets [`RelayConfig::retry_base`].
+        with_retry_base: retry_base: Duration,
+        /// Sets [`RelayConfig::retry_max`].
+        with_retry_max: retry_max: Duration,
+        /// Sets [`RelayConfig::lease`].
+        with_lease: lease: Duration,
+        /// Sets [`RelayConfig::delivery_timeout`].
+        with_delivery_timeout: delivery_timeout: Duration,
+        /// Sets [`RelayConfig::concurrency`].
+        with_concurrency: concurrency: usize,
+    }
+
+    /// Sets [`RelayConfig::name`].
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] naming the option: batch size outside 1..=10000, max attempts or
+    /// concurrency below 1, a zero poll interval, lease or delivery timeout, a delivery timeout not
+    /// below the lease, a retry base above the retry max, an empty or over-255-character name.
+    pub fn validate(&self) -> Result<()> {
+        if !BATCH_SIZE_RANGE.contains(&self.batch_size) {
+            return Err(Error::configuration(format!(
+                "batch_size {} is out of range; allowed 1 to 10000",
+                self.batch_size
+            )));
+        }
+        if self.max_delivery_attempts < 1 {
+            return Err(Error::configuration(format!(
+                "max_delivery_attempts {} is below 1",
+                self.max_delivery_attempts
+            )));
+        }
+        if self.concurrency < 1 {
+            return Err(Error::configuration("concurrency 0 is below 1"));
+        }
+        for (name, value) in [
+            ("poll_interval", self.poll_interval),
+            ("lease", self.lease),
+            ("delivery_timeout", self.delivery_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::configuration(format!("{name} must be above 0 s")));
+            }
+        }
+        if self.delivery_timeout >= self.lease {
+            return Err(Error::configuration(format!(
+                "delivery_timeout {:.3} s must be below lease {:.3} s: a lease that expires mid-delivery lets another relay deliver the event again",
+                self.delivery_timeout.as_secs_f64(),
+                self.lease.as_secs_f64()
+            )));
+        }
+        if self.retry_base > self.retry_max {
+            return Err(Error::configuration(format!(
+                "retry_base {:.3} s is above retry_max {:.3} s",
+                self.retry_base.as_secs_f64(),
+                self.retry_max.as_secs_f64()
+            )));
+        }
+        let name_chars = self.name.chars().count();
+        if self.name.trim().is_empty() || name_chars > 255 {
+            return Err(Error::configuration(format!(
+                "relay name {:?} must have 1 to 255 characters",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `host:pid:random`, the default relay name.
+pub fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}:{:08x}", std::process::id(), fastrand::u32(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_seed_and_validate() {
+        let c = RelayConfig::default();
+        assert_eq!(c.poll_interval, Duration::from_secs(5));
+        assert_eq!(c.batch_size, 100);
+        assert_eq!(c.max_delivery_attempts, 5);
+        assert_eq!(c.lease, Duration::from_secs(60));
+        assert_eq!(c.concurrency, 10);
+        assert_eq!(c.name.split(':').count(), 3, "{}", c.name);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn out_of_range_options_are_refused_by_name() {
+        let bad = [
+            (RelayConfig::default().with_batch_size(0), "batch_size"),
+            (RelayConfig::default().with_batch_size(10_001), "batch_size"),
+            (RelayConfig::default().with_delivery_timeout(Duration::from_secs(60)), "delivery_timeout"),
+            (RelayConfig::default().with_max_delivery_attempts(0), "max_delivery_attempts"),
+            (RelayConfig::default().with_concurrency(0), "concurrency"),
+            (RelayConfig::default().with_name(""), "name"),
+            (RelayConfig::default().with_retry_base(Duration::from_secs(400)), "retry_base"),
+        ];
+        for (config, word) in bad {
+            let e = config.validate().unwrap_err();
+            assert!(e.to_string().contains(word), "{e}");
+        }
+        RelayConfig::default().with_batch_size(10_000).validate().unwrap();
+    }
+}

@@ -1,0 +1,414 @@
+//! The relay: leases events, delivers them outside any transaction, marks them
+//! (seed 001 § OutboxRelay, § Один опрос; DESIGN §7).
+
+mod config;
+mod observe;
+mod retry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{BATCH_SIZE_RANGE, RelayConfig, default_name};
+pub use observe::{RelayEvent, RelayObserver, RelayStats};
+pub use retry::{random_jitter, retry_delay};
+
+use crate::backend::{
+    Backend, EventFailure, EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams,
+    EventMarkFailedParams,
+};
+use crate::delivery::Delivery;
+use crate::error::{DeliveryError, Error, Result};
+use crate::event::OutboxEvent;
+use crate::outbox::Outbox;
+
+/// What one poll did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PollOutcome {
+    /// Events leased.
+    pub leased: usize,
+    /// Events delivered and marked published.
+    pub delivered: usize,
+    /// Failures recorded for a later retry.
+    pub failed: usize,
+    /// Events dead-lettered.
+    pub dead_lettered: usize,
+}
+
+/// Delivers the events of one outbox table to one delivery, at least once, strictly in order per
+/// ordering key.
+///
+/// One poll (DESIGN §7): lease a batch in one statement (due, undelivered, not dead, not leased by a
+/// live relay, in `sequence` order, at most one event per ordering key and none whose key has an
+/// earlier undelivered event — failed and dead-lettered included); deliver it outside any
+/// transaction while a background task extends the lease three times per lease period; mark the
+/// delivered in one UPDATE and each failure with `attempts + 1`, `last_error` and a backoff, or a
+/// dead letter when attempts run out. A full batch re-polls at once; otherwise the relay waits for
+/// the poll interval.
+///
+/// Several relays (threads, processes, hosts) may share one table. A relay killed between delivery
+/// and mark leaves its lease to expire; the batch is then delivered again (at least once).
+///
+/// ```no_run
+/// # async fn example(outbox: hare_outbox_core::Outbox<impl hare_outbox_core::Backend>) -> Result<(), hare_outbox_core::Error> {
+/// use hare_outbox_core::{JsonLinesDelivery, OutboxRelay, RelayConfig};
+/// use std::time::Duration;
+///
+/// let relay = OutboxRelay::new(
+///     outbox,
+///     JsonLinesDelivery::stdout(),
+///     RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
+/// )?;
+/// relay.start()?;
+/// // … the application runs …
+/// relay.stop().await?;
+/// # Ok(()) }
+/// ```
+pub struct OutboxRelay<B: Backend> {
+    inner: Arc<Inner<B>>,
+    running: std::sync::Mutex<Option<Running>>,
+}
+
+struct Running {
+    token: CancellationToken,
+    handle: JoinHandle<Result<()>>,
+}
+
+struct Inner<B: Backend> {
+    outbox: Outbox<B>,
+    delivery: Arc<dyn Delivery>,
+    config: RelayConfig,
+    observers: Vec<Arc<dyn RelayObserver>>,
+    stats: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    polls: AtomicU64,
+    leased: AtomicU64,
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    dead_lettered: AtomicU64,
+}
+
+impl<B: Backend> std::fmt::Debug for OutboxRelay<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxRelay")
+            .field("table", &self.inner.outbox.table().to_string())
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl<B: Backend> OutboxRelay<B> {
+    /// A relay of `outbox` to `delivery` with `config`.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when `config` is invalid (see [`RelayConfig::validate`]).
+    pub fn new(outbox: Outbox<B>, delivery: impl Delivery, config: RelayConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(OutboxRelay {
+            inner: Arc::new(Inner {
+                outbox,
+                delivery: Arc::new(delivery),
+                config,
+                observers: Vec::new(),
+                stats: Counters::default(),
+            }),
+            running: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Adds an observer of delivered, failed and dead-lettered events. Call before
+    /// [`start`](Self::start) or [`run`](Self::run).
+    ///
+    /// # Panics
+    /// When the relay is running or was cloned into a running task.
+    pub fn with_observer(mut self, observer: impl RelayObserver) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("add observers before the relay runs");
+        inner.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// The options.
+    pub fn config(&self) -> &RelayConfig {
+        &self.inner.config
+    }
+
+    /// The relay name written to `leased_by`.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    /// Totals since the relay was built.
+    pub fn stats(&self) -> RelayStats {
+        self.inner.stats.snapshot()
+    }
+
+    /// Runs one poll: lease, deliver, mark. Returns what it did.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when leasing or marking fails (the leased events are delivered again
+    /// after their lease expires).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future mid-delivery leaves the batch leased until its lease
+    /// expires, after which it is delivered again.
+    pub async fn poll_once(&self) -> Result<PollOutcome> {
+        self.inner.poll_once().await
+    }
+
+    /// Polls until `shutdown` is cancelled, then finishes and marks the batch in flight, closes
+    /// the delivery and returns. For embedding the relay in a runtime you already run.
+    ///
+    /// Storage errors do not stop the loop: it logs them and backs off (0.5 s doubling up to
+    /// 30 s, or the poll interval if longer) so a database outage is not hammered.
+    ///
+    /// # Errors
+    /// Never returns an error today; the `Result` is kept for future fatal conditions.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
+        self.inner.clone().run(shutdown).await
+    }
+
+    /// Starts [`run`](Self::run) on the current tokio runtime. Idempotent: a running relay stays
+    /// as it is.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when called outside a tokio runtime.
+    pub fn start(&self) -> Result<()> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.as_ref().is_some_and(|r| !r.handle.is_finished()) {
+            return Ok(());
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::configuration("OutboxRelay::start needs a tokio runtime"))?;
+        let token = CancellationToken::new();
+        let handle = runtime.spawn(self.inner.clone().run(token.clone()));
+        *running = Some(Running { token, handle });
+        Ok(())
+    }
+
+    /// Stops a relay started with [`start`](Self::start): waits for the batch in flight to be
+    /// delivered and marked, closes the delivery. Idempotent: stopping a stopped relay does nothing.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when the relay task panicked.
+    pub async fn stop(&self) -> Result<()> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(Running { token, handle }) = running else {
+            return Ok(());
+        };
+        token.cancel();
+        handle
+            .await
+            .map_err(|e| Error::configuration(format!("relay task failed: {e}")))?
+    }
+}
+
+impl Counters {
+    fn snapshot(&self) -> RelayStats {
+        RelayStats {
+            polls: self.polls.load(Ordering::Relaxed),
+            leased: self.leased.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// How many times a mark is tried before the relay gives up and leaves the lease to expire.
+const MARK_TRIES: u32 = 3;
+
+impl<B: Backend> Inner<B> {
+    async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<()> {
+        let config = &self.config;
+        let mut storage_errors: i32 = 0;
+        tracing::info!(relay = %config.name, table = %self.outbox.table(), "relay started");
+        while !shutdown.is_cancelled() {
+            let wait = match self.poll_once().await {
+                Ok(outcome) if outcome.leased >= config.batch_size => {
+                    storage_errors = 0;
+                    continue;
+                }
+                Ok(_) => {
+                    storage_errors = 0;
+                    config.poll_interval
+                }
+                Err(error) => {
+                    storage_errors = storage_errors.saturating_add(1);
+                    let wait = retry_delay(
+                        storage_errors,
+                        Duration::from_millis(500),
+                        Duration::from_secs(30).max(config.poll_interval),
+                        random_jitter(),
+                    );
+                    tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, retry_in_seconds = wait.as_secs_f64(), "relay poll failed");
+                    wait
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if let Err(error) = self.delivery.close().await {
+            tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, "closing the delivery failed");
+        }
+        tracing::info!(relay = %config.name, "relay stopped");
+        Ok(())
+    }
+
+    async fn poll_once(&self) -> Result<PollOutcome> {
+        let config = &self.config;
+        let backend = self.outbox.backend();
+        let table = self.outbox.table();
+        self.stats.polls.fetch_add(1, Ordering::Relaxed);
+        let now = Utc::now();
+        let events = backend
+            .event_lease(
+                table,
+                &EventLeaseParams::new(now, now + chrono_duration(config.lease), config.name.clone(), config.batch_size as i64),
+            )
+            .await?;
+        let mut outcome = PollOutcome {
+            leased: events.len(),
+            ..PollOutcome::default()
+        };
+        if events.is_empty() {
+            return Ok(outcome);
+        }
+        self.stats.leased.fetch_add(events.len() as u64, Ordering::Relaxed);
+
+        let results = self.deliver_holding_lease(&events).await;
+
+        let now = Utc::now();
+        let mut delivered = Vec::new();
+        let mut failures = Vec::new();
+        let mut reports = Vec::with_capacity(events.len());
+        for (event, result) in events.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    delivered.push(event.sequence);
+                    reports.push(RelayEvent::Delivered {
+                        event_id: event.id,
+                        topic: event.topic.clone(),
+                        attempts: event.attempts,
+                        delay_seconds: (now - event.created_at).as_seconds_f64().max(0.0),
+                    });
+                }
+                Err(error) => {
+                    let (failure, report) = self.failure(event, &error, now);
+                    failures.push(failure);
+                    reports.push(report);
+                }
+            }
+        }
+        if !delivered.is_empty() {
+            let params = EventMarkDeliveredParams::new(delivered.clone(), now);
+            self.with_retries("marking delivered events", || backend.event_mark_delivered(table, &params))
+                .await?;
+            outcome.delivered = delivered.len();
+        }
+        if !failures.is_empty() {
+            outcome.dead_lettered = failures.iter().filter(|f| f.dead_lettered_at.is_some()).count();
+            outcome.failed = failures.len() - outcome.dead_lettered;
+            let params = EventMarkFailedParams::new(failures, config.name.clone());
+            self.with_retries("recording failed deliveries", || backend.event_mark_failed(table, &params))
+                .await?;
+        }
+        self.stats.delivered.fetch_add(outcome.delivered as u64, Ordering::Relaxed);
+        self.stats.failed.fetch_add(outcome.failed as u64, Ordering::Relaxed);
+        self.stats.dead_lettered.fetch_add(outcome.dead_lettered as u64, Ordering::Relaxed);
+        for report in &reports {
+            for observer in &self.observers {
+                observer.observe(report);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Delivers the batch while a background task extends its lease every third of the lease.
+    async fn deliver_holding_lease(&self, events: &[OutboxEvent]) -> Vec<Result<(), DeliveryError>> {
+        let config = &self.config;
+        let extender = {
+            let backend = self.outbox.backend().clone();
+            let table = self.outbox.table().clone();
+            let sequences: Vec<i64> = events.iter().map(|e| e.sequence).collect();
+            let name = config.name.clone();
+            let lease = config.lease;
+            tokio::spawn(async move {
+                let period = lease / 3;
+                let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                loop {
+                    ticker.tick().await;
+                    let params = EventLeaseExtendParams::new(sequences.clone(), name.clone(), Utc::now() + chrono_duration(lease));
+                    if let Err(error) = backend.event_lease_extend(&table, &params).await {
+                        tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
+                    }
+                }
+            })
+        };
+        let mut results = self
+            .delivery
+            .deliver_batch(events, config.concurrency, config.delivery_timeout)
+            .await;
+        extender.abort();
+        if results.len() != events.len() {
+            let got = results.len();
+            results = events
+                .iter()
+                .map(|_| Err(DeliveryError::new(format!("the delivery returned {got} results for a batch of {}", events.len()))))
+                .collect();
+        }
+        results
+    }
+
+    fn failure(&self, event: &OutboxEvent, error: &DeliveryError, now: DateTime<Utc>) -> (EventFailure, RelayEvent) {
+        let config = &self.config;
+        let attempts = event.attempts.saturating_add(1);
+        let text = error.chain();
+        let name = &config.name;
+        if attempts >= config.max_delivery_attempts {
+            tracing::error!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, error = error as &dyn std::error::Error, "event dead-lettered");
+            let failure = EventFailure::new(event.sequence, attempts, text.clone(), None, Some(now));
+            let report = RelayEvent::DeadLettered { event_id: event.id, topic: event.topic.clone(), attempts, error: text };
+            (failure, report)
+        } else {
+            let delay = retry_delay(attempts, config.retry_base, config.retry_max, random_jitter());
+            let next = now + chrono_duration(delay);
+            tracing::warn!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, retry_in_seconds = delay.as_secs_f64(), error = error as &dyn std::error::Error, "delivery failed");
+            let failure = EventFailure::new(event.sequence, attempts, text.clone(), Some(next), None);
+            let report = RelayEvent::DeliveryFailed { event_id: event.id, topic: event.topic.clone(), attempts, error: text, next_attempt_at: next };
+            (failure, report)
+        }
+    }
+
+    /// Marks are written even while stopping; a transient storage error is retried a few times.
+    async fn with_retries<'a, F, Fut>(&self, what: &str, mut call: F) -> Result<u64>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<u64>> + 'a,
+    {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match call().await {
+                Ok(n) => return Ok(n),
+                Err(error) if tries < MARK_TRIES => {
+                    tracing::warn!(relay = %self.config.name, error = &error as &dyn std::error::Error, tries, "{what} failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(tries))).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}

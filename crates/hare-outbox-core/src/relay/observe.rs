@@ -1,0 +1,73 @@
+//! What the relay reports about itself (seed 001 § Наблюдение за relay).
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// One thing that happened to one event in a relay.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RelayEvent {
+    /// The event was delivered and marked published.
+    Delivered {
+        /// The event id.
+        event_id: Uuid,
+        /// The topic.
+        topic: String,
+        /// Failed attempts before this delivery.
+        attempts: i32,
+        /// Seconds from `created_at` to delivery (relay clock minus database clock).
+        delay_seconds: f64,
+    },
+    /// A delivery failed; the event will be tried again at `next_attempt_at`.
+    DeliveryFailed {
+        /// The event id.
+        event_id: Uuid,
+        /// The topic.
+        topic: String,
+        /// Failed attempts including this one.
+        attempts: i32,
+        /// The delivery error with its sources.
+        error: String,
+        /// When the event is tried again.
+        next_attempt_at: DateTime<Utc>,
+    },
+    /// A delivery failed and the event ran out of attempts.
+    DeadLettered {
+        /// The event id.
+        event_id: Uuid,
+        /// The topic.
+        topic: String,
+        /// Failed attempts including this one.
+        attempts: i32,
+        /// The delivery error with its sources.
+        error: String,
+    },
+}
+
+/// Receives [`RelayEvent`]s. Called on the relay's task right after the marks are written: keep it
+/// quick (hand long work to a channel).
+pub trait RelayObserver: Send + Sync + 'static {
+    /// Called once per event outcome.
+    fn observe(&self, event: &RelayEvent);
+}
+
+impl<F: Fn(&RelayEvent) + Send + Sync + 'static> RelayObserver for F {
+    fn observe(&self, event: &RelayEvent) {
+        self(event)
+    }
+}
+
+/// Totals since the relay was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Polls that ran (empty ones included).
+    pub polls: u64,
+    /// Events leased.
+    pub leased: u64,
+    /// Events delivered and marked published.
+    pub delivered: u64,
+    /// Failed deliveries recorded for a later retry.
+    pub failed: u64,
+    /// Events dead-lettered.
+    pub dead_lettered: u64,
+}

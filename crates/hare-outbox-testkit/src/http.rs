@@ -1,0 +1,1 @@
+//! A real HTTP receiver on loopback that records every request.

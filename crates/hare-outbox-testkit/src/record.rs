@@ -1,0 +1,1 @@
+//! Deliveries that record what they were given.

@@ -1,0 +1,1 @@
+//! A SQLite database file of its own per test.

@@ -1,0 +1,74 @@
+//! # hare-outbox
+//!
+//! A transactional outbox for Rust services. Write an event in the same database transaction as
+//! the data it announces; a relay delivers it afterwards — at least once, strictly in order per
+//! ordering key, with retries, backoff and dead letters.
+//!
+//! ## Quick start (SQLite, the default feature)
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use hare_outbox::sqlite::SqliteBackend;
+//! use hare_outbox::{FnDelivery, Outbox, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig};
+//! use serde_json::json;
+//!
+//! let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
+//! outbox.migrate().await?;
+//!
+//! // The event commits (or rolls back) with the business write.
+//! let mut tx = pool.begin().await?;
+//! sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)").execute(&mut *tx).await?;
+//! sqlx::query("INSERT INTO orders VALUES (22, 'confirmed')").execute(&mut *tx).await?;
+//! outbox
+//!     .enqueue(
+//!         &mut *tx,
+//!         OutboxMessage::new("sales.order.confirmed", json!({"id": 22})).ordering_key("sales_order:22"),
+//!     )
+//!     .await?;
+//! tx.commit().await?;
+//!
+//! // A relay delivers it: here to a Rust function.
+//! let relay = OutboxRelay::new(
+//!     outbox,
+//!     FnDelivery::new(|event| async move {
+//!         println!("{} {}", event.topic, event.payload);
+//!         Ok(())
+//!     }),
+//!     RelayConfig::default(),
+//! )?;
+//! assert_eq!(relay.poll_once().await?.delivered, 1);
+//! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
+//! ```
+//!
+//! ## Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` (default) | [`sqlite::SqliteBackend`]: the embedded database, a single file, no server |
+//! | `postgres` | [`postgres::PgBackend`]: PostgreSQL ≥ 13, `FOR UPDATE SKIP LOCKED` leases |
+//! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures |
+
+pub use hare_outbox_core::*;
+
+/// The PostgreSQL backend.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use hare_outbox_postgres::*;
+}
+
+/// The SQLite backend.
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use hare_outbox_sqlite::*;
+}
+
+/// The HTTP webhook delivery.
+#[cfg(feature = "webhook")]
+pub mod webhook {
+    pub use hare_outbox_webhook::*;
+}
