@@ -13,8 +13,9 @@ pub const TOPIC_HEADER: &str = "hare-outbox-topic";
 /// One row of an outbox table, as stored.
 ///
 /// Column meanings follow seed 001 § Модель outbox, so a table written by hare reads the same.
+/// Backends build it with a struct literal from a row (no `#[non_exhaustive]` for that reason;
+/// there is no `new_stored` constructor).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
 pub struct OutboxEvent {
     /// Delivery order, given by the database at INSERT.
     pub sequence: i64,
