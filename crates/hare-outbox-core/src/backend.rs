@@ -140,16 +140,32 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> Result<OutboxEvent>;
 
     /// Leases the next batch, in `sequence` order.
-    async fn event_lease(&self, table: &OutboxTable, params: &EventLeaseParams) -> Result<Vec<OutboxEvent>>;
+    async fn event_lease(
+        &self,
+        table: &OutboxTable,
+        params: &EventLeaseParams,
+    ) -> Result<Vec<OutboxEvent>>;
 
     /// Extends the lease of a batch in flight; returns the number of rows still held.
-    async fn event_lease_extend(&self, table: &OutboxTable, params: &EventLeaseExtendParams) -> Result<u64>;
+    async fn event_lease_extend(
+        &self,
+        table: &OutboxTable,
+        params: &EventLeaseExtendParams,
+    ) -> Result<u64>;
 
     /// Marks events published in one statement; returns the number of rows changed.
-    async fn event_mark_delivered(&self, table: &OutboxTable, params: &EventMarkDeliveredParams) -> Result<u64>;
+    async fn event_mark_delivered(
+        &self,
+        table: &OutboxTable,
+        params: &EventMarkDeliveredParams,
+    ) -> Result<u64>;
 
     /// Records failures; returns the number of rows changed.
-    async fn event_mark_failed(&self, table: &OutboxTable, params: &EventMarkFailedParams) -> Result<u64>;
+    async fn event_mark_failed(
+        &self,
+        table: &OutboxTable,
+        params: &EventMarkFailedParams,
+    ) -> Result<u64>;
 
     /// Reads one event by id (for tests and tools).
     async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>>;

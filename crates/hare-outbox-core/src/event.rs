@@ -95,7 +95,8 @@ impl OutboxEvent {
             .headers
             .iter()
             .filter(|(name, _)| {
-                !name.eq_ignore_ascii_case(EVENT_ID_HEADER) && !name.eq_ignore_ascii_case(TOPIC_HEADER)
+                !name.eq_ignore_ascii_case(EVENT_ID_HEADER)
+                    && !name.eq_ignore_ascii_case(TOPIC_HEADER)
             })
             .map(|(name, value)| (name.clone(), header_text(value)))
             .collect();

@@ -4,12 +4,15 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
-/// Longest identifier part PostgreSQL keeps (bytes); also applied on SQLite for portability.
+/// Longest schema name, in bytes: PostgreSQL keeps 63 bytes of an identifier.
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
+/// Longest table name, in bytes: index names add up to 16 bytes (`_pending_key_idx`) and must stay
+/// within PostgreSQL's 63, or two of them would be cut to the same name.
+pub const MAX_TABLE_NAME_BYTES: usize = 47;
 
 /// An outbox table's name, optionally schema-qualified: `outbox` or `billing.outbox`.
 ///
-/// Each part is 1 to 63 bytes of ASCII letters, digits and `_`, not starting with a digit, so the
+/// The schema is 1 to 63 bytes and the table 1 to 47 bytes of ASCII letters, digits and `_`, not starting with a digit, so the
 /// derived index names stay valid; every backend quotes the parts anyway. Several outbox tables may
 /// live in one database; each has its own indexes and never sees another's events.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -37,9 +40,9 @@ impl OutboxTable {
             }
         };
         if let Some(schema) = schema {
-            check_part(qualified, "schema", schema)?;
+            check_part(qualified, "schema", schema, MAX_IDENTIFIER_BYTES)?;
         }
-        check_part(qualified, "table", name)?;
+        check_part(qualified, "table", name, MAX_TABLE_NAME_BYTES)?;
         Ok(OutboxTable {
             schema: schema.map(str::to_owned),
             name: name.to_owned(),
@@ -83,12 +86,12 @@ impl std::str::FromStr for OutboxTable {
     }
 }
 
-fn check_part(qualified: &str, what: &str, part: &str) -> Result<()> {
+fn check_part(qualified: &str, what: &str, part: &str, max: usize) -> Result<()> {
     let ok_chars = part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     let starts_ok = part.chars().next().is_some_and(|c| !c.is_ascii_digit());
-    if part.is_empty() || part.len() > MAX_IDENTIFIER_BYTES || !ok_chars || !starts_ok {
+    if part.is_empty() || part.len() > max || !ok_chars || !starts_ok {
         return Err(Error::configuration(format!(
-            "outbox table {qualified:?}: {what} name {part:?} is not allowed; use 1 to {MAX_IDENTIFIER_BYTES} ASCII letters, digits or `_`, not starting with a digit"
+            "outbox table {qualified:?}: {what} name {part:?} is not allowed; use 1 to {max} ASCII letters, digits or `_`, not starting with a digit"
         )));
     }
     Ok(())
@@ -109,7 +112,16 @@ mod tests {
 
     #[test]
     fn refuses_injection_and_junk() {
-        for bad in ["", "a.b.c", "x\"; drop table y; --", "1abc", "a.", ".a", &"x".repeat(64), "a b"] {
+        for bad in [
+            "",
+            "a.b.c",
+            "x\"; drop table y; --",
+            "1abc",
+            "a.",
+            ".a",
+            &"x".repeat(48),
+            "a b",
+        ] {
             let e = OutboxTable::parse(bad).unwrap_err();
             assert!(matches!(e, Error::Configuration(_)), "{bad}: {e}");
         }

@@ -26,7 +26,9 @@ impl JsonLinesDelivery<tokio::io::Stdout> {
 impl<W: AsyncWrite + Unpin + Send + 'static> JsonLinesDelivery<W> {
     /// Writes to `out`.
     pub fn new(out: W) -> Self {
-        JsonLinesDelivery { out: Mutex::new(out) }
+        JsonLinesDelivery {
+            out: Mutex::new(out),
+        }
     }
 
     /// Gives the writer back.

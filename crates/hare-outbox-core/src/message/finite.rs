@@ -40,7 +40,11 @@ impl Finder {
     }
 
     fn float(&self, v: f64) -> Result<(), Found> {
-        if v.is_finite() { Ok(()) } else { Err(Found(self.here())) }
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(Found(self.here()))
+        }
     }
 
     fn nested<T: ?Sized + Serialize>(&mut self, step: String, value: &T) -> Result<(), Found> {
@@ -64,27 +68,69 @@ impl<'a> ser::Serializer for &'a mut Finder {
     type SerializeStruct = Map<'a>;
     type SerializeStructVariant = Map<'a>;
 
-    fn serialize_bool(self, _: bool) -> R { Ok(()) }
-    fn serialize_i8(self, _: i8) -> R { Ok(()) }
-    fn serialize_i16(self, _: i16) -> R { Ok(()) }
-    fn serialize_i32(self, _: i32) -> R { Ok(()) }
-    fn serialize_i64(self, _: i64) -> R { Ok(()) }
-    fn serialize_i128(self, _: i128) -> R { Ok(()) }
-    fn serialize_u8(self, _: u8) -> R { Ok(()) }
-    fn serialize_u16(self, _: u16) -> R { Ok(()) }
-    fn serialize_u32(self, _: u32) -> R { Ok(()) }
-    fn serialize_u64(self, _: u64) -> R { Ok(()) }
-    fn serialize_u128(self, _: u128) -> R { Ok(()) }
-    fn serialize_f32(self, v: f32) -> R { self.float(f64::from(v)) }
-    fn serialize_f64(self, v: f64) -> R { self.float(v) }
-    fn serialize_char(self, _: char) -> R { Ok(()) }
-    fn serialize_str(self, _: &str) -> R { Ok(()) }
-    fn serialize_bytes(self, _: &[u8]) -> R { Ok(()) }
-    fn serialize_none(self) -> R { Ok(()) }
-    fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> R { value.serialize(self) }
-    fn serialize_unit(self) -> R { Ok(()) }
-    fn serialize_unit_struct(self, _: &'static str) -> R { Ok(()) }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> R { Ok(()) }
+    fn serialize_bool(self, _: bool) -> R {
+        Ok(())
+    }
+    fn serialize_i8(self, _: i8) -> R {
+        Ok(())
+    }
+    fn serialize_i16(self, _: i16) -> R {
+        Ok(())
+    }
+    fn serialize_i32(self, _: i32) -> R {
+        Ok(())
+    }
+    fn serialize_i64(self, _: i64) -> R {
+        Ok(())
+    }
+    fn serialize_i128(self, _: i128) -> R {
+        Ok(())
+    }
+    fn serialize_u8(self, _: u8) -> R {
+        Ok(())
+    }
+    fn serialize_u16(self, _: u16) -> R {
+        Ok(())
+    }
+    fn serialize_u32(self, _: u32) -> R {
+        Ok(())
+    }
+    fn serialize_u64(self, _: u64) -> R {
+        Ok(())
+    }
+    fn serialize_u128(self, _: u128) -> R {
+        Ok(())
+    }
+    fn serialize_f32(self, v: f32) -> R {
+        self.float(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> R {
+        self.float(v)
+    }
+    fn serialize_char(self, _: char) -> R {
+        Ok(())
+    }
+    fn serialize_str(self, _: &str) -> R {
+        Ok(())
+    }
+    fn serialize_bytes(self, _: &[u8]) -> R {
+        Ok(())
+    }
+    fn serialize_none(self) -> R {
+        Ok(())
+    }
+    fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> R {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> R {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> R {
+        Ok(())
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> R {
+        Ok(())
+    }
     fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, value: &T) -> R {
         value.serialize(self)
     }
@@ -98,13 +144,22 @@ impl<'a> ser::Serializer for &'a mut Finder {
         self.nested(format!(".{variant}"), value)
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Seq<'a>, Found> {
-        Ok(Seq { finder: self, index: 0 })
+        Ok(Seq {
+            finder: self,
+            index: 0,
+        })
     }
     fn serialize_tuple(self, _: usize) -> Result<Seq<'a>, Found> {
-        Ok(Seq { finder: self, index: 0 })
+        Ok(Seq {
+            finder: self,
+            index: 0,
+        })
     }
     fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Seq<'a>, Found> {
-        Ok(Seq { finder: self, index: 0 })
+        Ok(Seq {
+            finder: self,
+            index: 0,
+        })
     }
     fn serialize_tuple_variant(
         self,
@@ -114,13 +169,24 @@ impl<'a> ser::Serializer for &'a mut Finder {
         _: usize,
     ) -> Result<Seq<'a>, Found> {
         self.path.push(format!(".{variant}"));
-        Ok(Seq { finder: self, index: 0 })
+        Ok(Seq {
+            finder: self,
+            index: 0,
+        })
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Map<'a>, Found> {
-        Ok(Map { finder: self, key: None, variant: false })
+        Ok(Map {
+            finder: self,
+            key: None,
+            variant: false,
+        })
     }
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Map<'a>, Found> {
-        Ok(Map { finder: self, key: None, variant: false })
+        Ok(Map {
+            finder: self,
+            key: None,
+            variant: false,
+        })
     }
     fn serialize_struct_variant(
         self,
@@ -130,7 +196,11 @@ impl<'a> ser::Serializer for &'a mut Finder {
         _: usize,
     ) -> Result<Map<'a>, Found> {
         self.path.push(format!(".{variant}"));
-        Ok(Map { finder: self, key: None, variant: true })
+        Ok(Map {
+            finder: self,
+            key: None,
+            variant: true,
+        })
     }
 }
 
@@ -151,28 +221,42 @@ impl Seq<'_> {
 impl ser::SerializeSeq for Seq<'_> {
     type Ok = ();
     type Error = Found;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> R { self.element(value) }
-    fn end(self) -> R { Ok(()) }
+    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> R {
+        self.element(value)
+    }
+    fn end(self) -> R {
+        Ok(())
+    }
 }
 
 impl ser::SerializeTuple for Seq<'_> {
     type Ok = ();
     type Error = Found;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> R { self.element(value) }
-    fn end(self) -> R { Ok(()) }
+    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> R {
+        self.element(value)
+    }
+    fn end(self) -> R {
+        Ok(())
+    }
 }
 
 impl ser::SerializeTupleStruct for Seq<'_> {
     type Ok = ();
     type Error = Found;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> R { self.element(value) }
-    fn end(self) -> R { Ok(()) }
+    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> R {
+        self.element(value)
+    }
+    fn end(self) -> R {
+        Ok(())
+    }
 }
 
 impl ser::SerializeTupleVariant for Seq<'_> {
     type Ok = ();
     type Error = Found;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> R { self.element(value) }
+    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> R {
+        self.element(value)
+    }
     fn end(self) -> R {
         self.finder.path.pop();
         Ok(())
@@ -205,7 +289,9 @@ impl ser::SerializeMap for Map<'_> {
         let key = self.key.take().unwrap_or_default();
         self.finder.nested(format!(".{key}"), value)
     }
-    fn end(self) -> R { Ok(()) }
+    fn end(self) -> R {
+        Ok(())
+    }
 }
 
 impl ser::SerializeStruct for Map<'_> {
@@ -214,7 +300,9 @@ impl ser::SerializeStruct for Map<'_> {
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> R {
         self.finder.nested(format!(".{key}"), value)
     }
-    fn end(self) -> R { Ok(()) }
+    fn end(self) -> R {
+        Ok(())
+    }
 }
 
 impl ser::SerializeStructVariant for Map<'_> {
@@ -248,7 +336,16 @@ mod tests {
             qty: u32,
             prices: Vec<f64>,
         }
-        let lines = vec![Line { qty: 1, prices: vec![1.0] }, Line { qty: 2, prices: vec![2.0, f64::NEG_INFINITY] }];
+        let lines = vec![
+            Line {
+                qty: 1,
+                prices: vec![1.0],
+            },
+            Line {
+                qty: 2,
+                prices: vec![2.0, f64::NEG_INFINITY],
+            },
+        ];
         assert_eq!(find(&lines).as_deref(), Some("$[1].prices[1]"));
         assert_eq!(find(&json!({"a": [1.0, 2.5]})), None);
         assert_eq!(find(&f32::NAN).as_deref(), Some("$"));

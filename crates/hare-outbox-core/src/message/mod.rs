@@ -139,7 +139,10 @@ impl OutboxMessage {
 fn check_key(field: &str, value: &str) -> Result<()> {
     let chars = value.chars().count();
     if value.trim().is_empty() {
-        return Err(Error::validation(field, format!("{value:?} is empty; 1 to {MAX_KEY_CHARS} characters are allowed")));
+        return Err(Error::validation(
+            field,
+            format!("{value:?} is empty; 1 to {MAX_KEY_CHARS} characters are allowed"),
+        ));
     }
     if chars > MAX_KEY_CHARS {
         let start: String = value.chars().take(40).collect();
@@ -149,7 +152,10 @@ fn check_key(field: &str, value: &str) -> Result<()> {
         ));
     }
     if value.contains('\0') {
-        return Err(Error::validation(field, format!("{value:?} contains a NUL character, which databases cannot store")));
+        return Err(Error::validation(
+            field,
+            format!("{value:?} contains a NUL character, which databases cannot store"),
+        ));
     }
     Ok(())
 }
@@ -160,7 +166,9 @@ fn to_json(value: &impl Serialize) -> std::result::Result<Value, String> {
     let json = serde_json::to_value(value).map_err(|e| format!("has no JSON form: {e}"))?;
     // serde_json turns NaN and infinities into Null; detect them by serializing through a checker.
     if let Some(path) = non_finite_path(value) {
-        return Err(format!("{path} is NaN or infinite; JSON has no number for it"));
+        return Err(format!(
+            "{path} is NaN or infinite; JSON has no number for it"
+        ));
     }
     Ok(json)
 }
@@ -191,27 +199,56 @@ mod tests {
 
     #[test]
     fn empty_and_long_keys_are_refused() {
-        assert_eq!(field_of(OutboxMessage::new("", json!(1)).validate().unwrap_err()), "topic");
-        assert_eq!(field_of(OutboxMessage::new("  ", json!(1)).validate().unwrap_err()), "topic");
-        let long = "x".repeat(256);
-        let e = OutboxMessage::new(long.clone(), json!(1)).validate().unwrap_err();
-        assert!(e.to_string().contains("256 characters"), "{e}");
-        assert!(OutboxMessage::new("x".repeat(255), json!(1)).validate().is_ok());
         assert_eq!(
-            field_of(OutboxMessage::new("t", json!(1)).ordering_key(long.clone()).validate().unwrap_err()),
+            field_of(OutboxMessage::new("", json!(1)).validate().unwrap_err()),
+            "topic"
+        );
+        assert_eq!(
+            field_of(OutboxMessage::new("  ", json!(1)).validate().unwrap_err()),
+            "topic"
+        );
+        let long = "x".repeat(256);
+        let e = OutboxMessage::new(long.clone(), json!(1))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("256 characters"), "{e}");
+        assert!(
+            OutboxMessage::new("x".repeat(255), json!(1))
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(
+            field_of(
+                OutboxMessage::new("t", json!(1))
+                    .ordering_key(long.clone())
+                    .validate()
+                    .unwrap_err()
+            ),
             "ordering_key"
         );
         assert_eq!(
-            field_of(OutboxMessage::new("t", json!(1)).idempotency_key("").validate().unwrap_err()),
+            field_of(
+                OutboxMessage::new("t", json!(1))
+                    .idempotency_key("")
+                    .validate()
+                    .unwrap_err()
+            ),
             "idempotency_key"
         );
         // 255 multi-byte characters are fine: the limit counts characters, not bytes.
-        assert!(OutboxMessage::new("é".repeat(255), json!(1)).validate().is_ok());
+        assert!(
+            OutboxMessage::new("é".repeat(255), json!(1))
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]
     fn empty_header_name_is_refused() {
-        let e = OutboxMessage::new("t", json!(1)).header("", "x").validate().unwrap_err();
+        let e = OutboxMessage::new("t", json!(1))
+            .header("", "x")
+            .validate()
+            .unwrap_err();
         assert_eq!(field_of(e), "headers");
     }
 
@@ -221,7 +258,10 @@ mod tests {
         inner.insert("price", vec![1.0, f64::NAN]);
         let e = OutboxMessage::new("t", &inner).validate().unwrap_err();
         assert!(e.to_string().contains("price"), "{e}");
-        let e = OutboxMessage::new("t", json!(1)).header("h", f64::INFINITY).validate().unwrap_err();
+        let e = OutboxMessage::new("t", json!(1))
+            .header("h", f64::INFINITY)
+            .validate()
+            .unwrap_err();
         assert_eq!(field_of(e), "headers");
         assert!(OutboxMessage::new("t", 1.5f64).validate().is_ok());
     }
@@ -237,8 +277,16 @@ mod tests {
     #[test]
     fn explicit_id_must_be_v7() {
         let v4 = Uuid::from_u128(0x0190_0000_0000_4000_8000_0000_0000_0001);
-        let e = OutboxMessage::new("t", json!(1)).id(v4).validate().unwrap_err();
+        let e = OutboxMessage::new("t", json!(1))
+            .id(v4)
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("version 4"), "{e}");
-        assert!(OutboxMessage::new("t", json!(1)).id(Uuid::now_v7()).validate().is_ok());
+        assert!(
+            OutboxMessage::new("t", json!(1))
+                .id(Uuid::now_v7())
+                .validate()
+                .is_ok()
+        );
     }
 }

@@ -169,16 +169,28 @@ mod tests {
         let bad = [
             (RelayConfig::default().with_batch_size(0), "batch_size"),
             (RelayConfig::default().with_batch_size(10_001), "batch_size"),
-            (RelayConfig::default().with_delivery_timeout(Duration::from_secs(60)), "delivery_timeout"),
-            (RelayConfig::default().with_max_delivery_attempts(0), "max_delivery_attempts"),
+            (
+                RelayConfig::default().with_delivery_timeout(Duration::from_secs(60)),
+                "delivery_timeout",
+            ),
+            (
+                RelayConfig::default().with_max_delivery_attempts(0),
+                "max_delivery_attempts",
+            ),
             (RelayConfig::default().with_concurrency(0), "concurrency"),
             (RelayConfig::default().with_name(""), "name"),
-            (RelayConfig::default().with_retry_base(Duration::from_secs(400)), "retry_base"),
+            (
+                RelayConfig::default().with_retry_base(Duration::from_secs(400)),
+                "retry_base",
+            ),
         ];
         for (config, word) in bad {
             let e = config.validate().unwrap_err();
             assert!(e.to_string().contains(word), "{e}");
         }
-        RelayConfig::default().with_batch_size(10_000).validate().unwrap();
+        RelayConfig::default()
+            .with_batch_size(10_000)
+            .validate()
+            .unwrap();
     }
 }

@@ -198,7 +198,11 @@ impl<B: Backend> OutboxRelay<B> {
     /// # Errors
     /// [`Error::Configuration`] when the relay task panicked.
     pub async fn stop(&self) -> Result<()> {
-        let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let Some(Running { token, handle }) = running else {
             return Ok(());
         };
@@ -272,7 +276,12 @@ impl<B: Backend> Inner<B> {
         let events = backend
             .event_lease(
                 table,
-                &EventLeaseParams::new(now, now + chrono_duration(config.lease), config.name.clone(), config.batch_size as i64),
+                &EventLeaseParams::new(
+                    now,
+                    now + chrono_duration(config.lease),
+                    config.name.clone(),
+                    config.batch_size as i64,
+                ),
             )
             .await?;
         let mut outcome = PollOutcome {
@@ -282,7 +291,9 @@ impl<B: Backend> Inner<B> {
         if events.is_empty() {
             return Ok(outcome);
         }
-        self.stats.leased.fetch_add(events.len() as u64, Ordering::Relaxed);
+        self.stats
+            .leased
+            .fetch_add(events.len() as u64, Ordering::Relaxed);
 
         let results = self.deliver_holding_lease(&events).await;
 
@@ -310,20 +321,33 @@ impl<B: Backend> Inner<B> {
         }
         if !delivered.is_empty() {
             let params = EventMarkDeliveredParams::new(delivered.clone(), now);
-            self.with_retries("marking delivered events", || backend.event_mark_delivered(table, &params))
-                .await?;
+            self.with_retries("marking delivered events", || {
+                backend.event_mark_delivered(table, &params)
+            })
+            .await?;
             outcome.delivered = delivered.len();
         }
         if !failures.is_empty() {
-            outcome.dead_lettered = failures.iter().filter(|f| f.dead_lettered_at.is_some()).count();
+            outcome.dead_lettered = failures
+                .iter()
+                .filter(|f| f.dead_lettered_at.is_some())
+                .count();
             outcome.failed = failures.len() - outcome.dead_lettered;
             let params = EventMarkFailedParams::new(failures, config.name.clone());
-            self.with_retries("recording failed deliveries", || backend.event_mark_failed(table, &params))
-                .await?;
+            self.with_retries("recording failed deliveries", || {
+                backend.event_mark_failed(table, &params)
+            })
+            .await?;
         }
-        self.stats.delivered.fetch_add(outcome.delivered as u64, Ordering::Relaxed);
-        self.stats.failed.fetch_add(outcome.failed as u64, Ordering::Relaxed);
-        self.stats.dead_lettered.fetch_add(outcome.dead_lettered as u64, Ordering::Relaxed);
+        self.stats
+            .delivered
+            .fetch_add(outcome.delivered as u64, Ordering::Relaxed);
+        self.stats
+            .failed
+            .fetch_add(outcome.failed as u64, Ordering::Relaxed);
+        self.stats
+            .dead_lettered
+            .fetch_add(outcome.dead_lettered as u64, Ordering::Relaxed);
         for report in &reports {
             for observer in &self.observers {
                 observer.observe(report);
@@ -333,7 +357,10 @@ impl<B: Backend> Inner<B> {
     }
 
     /// Delivers the batch while a background task extends its lease every third of the lease.
-    async fn deliver_holding_lease(&self, events: &[OutboxEvent]) -> Vec<Result<(), DeliveryError>> {
+    async fn deliver_holding_lease(
+        &self,
+        events: &[OutboxEvent],
+    ) -> Vec<Result<(), DeliveryError>> {
         let config = &self.config;
         let extender = {
             let backend = self.outbox.backend().clone();
@@ -343,10 +370,15 @@ impl<B: Backend> Inner<B> {
             let lease = config.lease;
             tokio::spawn(async move {
                 let period = lease / 3;
-                let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                let mut ticker =
+                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
                 loop {
                     ticker.tick().await;
-                    let params = EventLeaseExtendParams::new(sequences.clone(), name.clone(), Utc::now() + chrono_duration(lease));
+                    let params = EventLeaseExtendParams::new(
+                        sequences.clone(),
+                        name.clone(),
+                        Utc::now() + chrono_duration(lease),
+                    );
                     if let Err(error) = backend.event_lease_extend(&table, &params).await {
                         tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
                     }
@@ -362,28 +394,56 @@ impl<B: Backend> Inner<B> {
             let got = results.len();
             results = events
                 .iter()
-                .map(|_| Err(DeliveryError::new(format!("the delivery returned {got} results for a batch of {}", events.len()))))
+                .map(|_| {
+                    Err(DeliveryError::new(format!(
+                        "the delivery returned {got} results for a batch of {}",
+                        events.len()
+                    )))
+                })
                 .collect();
         }
         results
     }
 
-    fn failure(&self, event: &OutboxEvent, error: &DeliveryError, now: DateTime<Utc>) -> (EventFailure, RelayEvent) {
+    fn failure(
+        &self,
+        event: &OutboxEvent,
+        error: &DeliveryError,
+        now: DateTime<Utc>,
+    ) -> (EventFailure, RelayEvent) {
         let config = &self.config;
         let attempts = event.attempts.saturating_add(1);
-        let text = error.chain();
+        let text = stored_error_text(&error.chain());
         let name = &config.name;
         if attempts >= config.max_delivery_attempts {
             tracing::error!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, error = error as &dyn std::error::Error, "event dead-lettered");
-            let failure = EventFailure::new(event.sequence, attempts, text.clone(), None, Some(now));
-            let report = RelayEvent::DeadLettered { event_id: event.id, topic: event.topic.clone(), attempts, error: text };
+            let failure =
+                EventFailure::new(event.sequence, attempts, text.clone(), None, Some(now));
+            let report = RelayEvent::DeadLettered {
+                event_id: event.id,
+                topic: event.topic.clone(),
+                attempts,
+                error: text,
+            };
             (failure, report)
         } else {
-            let delay = retry_delay(attempts, config.retry_base, config.retry_max, random_jitter());
+            let delay = retry_delay(
+                attempts,
+                config.retry_base,
+                config.retry_max,
+                random_jitter(),
+            );
             let next = now + chrono_duration(delay);
             tracing::warn!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, retry_in_seconds = delay.as_secs_f64(), error = error as &dyn std::error::Error, "delivery failed");
-            let failure = EventFailure::new(event.sequence, attempts, text.clone(), Some(next), None);
-            let report = RelayEvent::DeliveryFailed { event_id: event.id, topic: event.topic.clone(), attempts, error: text, next_attempt_at: next };
+            let failure =
+                EventFailure::new(event.sequence, attempts, text.clone(), Some(next), None);
+            let report = RelayEvent::DeliveryFailed {
+                event_id: event.id,
+                topic: event.topic.clone(),
+                attempts,
+                error: text,
+                next_attempt_at: next,
+            };
             (failure, report)
         }
     }
@@ -409,6 +469,32 @@ impl<B: Backend> Inner<B> {
     }
 }
 
+/// Longest `last_error` stored, in characters.
+pub const MAX_ERROR_CHARS: usize = 4000;
+
+/// The error text as stored: NUL (which PostgreSQL text cannot hold) as U+FFFD, cut to
+/// [`MAX_ERROR_CHARS`] characters.
+fn stored_error_text(text: &str) -> String {
+    text.chars()
+        .take(MAX_ERROR_CHARS)
+        .map(|c| if c == '\0' { '\u{FFFD}' } else { c })
+        .collect()
+}
+
 fn chrono_duration(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_error_text_replaces_nul_and_cuts() {
+        assert_eq!(stored_error_text("a\0b"), "a\u{FFFD}b");
+        assert_eq!(
+            stored_error_text(&"é".repeat(5000)).chars().count(),
+            MAX_ERROR_CHARS
+        );
+    }
 }

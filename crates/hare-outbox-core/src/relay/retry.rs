@@ -26,8 +26,13 @@ mod tests {
     fn doubles_and_caps() {
         let base = Duration::from_secs(1);
         let max = Duration::from_secs(300);
-        let delays: Vec<f64> = (1..=10).map(|a| retry_delay(a, base, max, 0.0).as_secs_f64()).collect();
-        assert_eq!(delays, vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0]);
+        let delays: Vec<f64> = (1..=10)
+            .map(|a| retry_delay(a, base, max, 0.0).as_secs_f64())
+            .collect();
+        assert_eq!(
+            delays,
+            vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0]
+        );
         assert_eq!(retry_delay(1000, base, max, 0.0), max);
     }
 
