@@ -1,0 +1,44 @@
+-- hare-outbox table and its indexes (SQLite). Idempotent: safe to run again.
+-- Timestamps are UTC text in one fixed format, YYYY-MM-DDTHH:MM:SS.ffffffZ, so text order is time order.
+CREATE TABLE IF NOT EXISTS {table} (
+    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    topic TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    headers TEXT NOT NULL DEFAULT '{}',
+    ordering_key TEXT,
+    idempotency_key TEXT UNIQUE,
+    created_at TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    next_attempt_at TEXT,
+    lease_until TEXT,
+    leased_by TEXT,
+    published_at TEXT,
+    dead_lettered_at TEXT
+);
+
+-- Pending rows in delivery order.
+CREATE INDEX IF NOT EXISTS {schema_prefix}{pending_idx}
+    ON {table_name} (sequence)
+    WHERE published_at IS NULL AND dead_lettered_at IS NULL;
+
+-- Undelivered rows per ordering key; dead-lettered rows are kept in on purpose: they hold back
+-- the later events of their key.
+CREATE INDEX IF NOT EXISTS {schema_prefix}{pending_key_idx}
+    ON {table_name} (ordering_key, sequence)
+    WHERE published_at IS NULL;
+
+-- Published rows, for cleanup by age.
+CREATE INDEX IF NOT EXISTS {schema_prefix}{published_idx}
+    ON {table_name} (published_at)
+    WHERE published_at IS NOT NULL;
+
+-- Dead-lettered rows, for cleanup and retry.
+CREATE INDEX IF NOT EXISTS {schema_prefix}{dead_idx}
+    ON {table_name} (dead_lettered_at)
+    WHERE dead_lettered_at IS NOT NULL;
+
+-- Rows of one topic in order (relays limited to topics, the journal).
+CREATE INDEX IF NOT EXISTS {schema_prefix}{topic_idx}
+    ON {table_name} (topic, sequence);

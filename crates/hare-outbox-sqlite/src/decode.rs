@@ -1,0 +1,133 @@
+//! Rows to [`OutboxEvent`]s, and the one timestamp format the backend writes.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use hare_outbox_core::{Error, OutboxEvent, Result};
+use serde_json::{Map, Value};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+use uuid::Uuid;
+
+use crate::error::map_err;
+
+/// The format of every timestamp written: UTC, always six fractional digits, so comparing the
+/// text compares the times.
+const TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
+
+/// `time` as stored: `2026-01-31T23:59:59.123456Z` (microseconds; finer digits are dropped).
+pub(crate) fn timestamp(time: DateTime<Utc>) -> String {
+    time.format(TIMESTAMP_FORMAT).to_string()
+}
+
+/// Parses a stored timestamp: the backend's own format, any RFC 3339 text, or SQLite's
+/// `YYYY-MM-DD HH:MM:SS[.fff]` (read as UTC, as `CURRENT_TIMESTAMP` writes it).
+fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(time) = DateTime::parse_from_rfc3339(text) {
+        return Some(time.with_timezone(&Utc));
+    }
+    ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"]
+        .iter()
+        .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
+        .map(|naive| naive.and_utc())
+}
+
+fn bad_column(column: &str, message: String) -> Error {
+    Error::database(format!("outbox column {column}: {message}"))
+}
+
+fn text(row: &SqliteRow, column: &str) -> Result<String> {
+    row.try_get::<String, _>(column).map_err(map_err)
+}
+
+fn optional_text(row: &SqliteRow, column: &str) -> Result<Option<String>> {
+    row.try_get::<Option<String>, _>(column).map_err(map_err)
+}
+
+fn time(row: &SqliteRow, column: &str) -> Result<DateTime<Utc>> {
+    let value = text(row, column)?;
+    parse_timestamp(&value)
+        .ok_or_else(|| bad_column(column, format!("{value:?} is not a timestamp")))
+}
+
+fn optional_time(row: &SqliteRow, column: &str) -> Result<Option<DateTime<Utc>>> {
+    optional_text(row, column)?
+        .map(|value| {
+            parse_timestamp(&value)
+                .ok_or_else(|| bad_column(column, format!("{value:?} is not a timestamp")))
+        })
+        .transpose()
+}
+
+fn json(row: &SqliteRow, column: &str) -> Result<Value> {
+    let value = text(row, column)?;
+    serde_json::from_str(&value).map_err(|e| bad_column(column, format!("is not JSON: {e}")))
+}
+
+/// One row of the columns every statement returns, decoded by hand.
+///
+/// # Errors
+/// [`Error::Database`] naming the column when a value has the wrong type or form.
+pub(crate) fn event(row: &SqliteRow) -> Result<OutboxEvent> {
+    let id = text(row, "id")?;
+    let id =
+        Uuid::parse_str(&id).map_err(|e| bad_column("id", format!("{id:?} is not a UUID: {e}")))?;
+    let headers: Map<String, Value> = match json(row, "headers")? {
+        Value::Object(map) => map,
+        Value::Null => Map::new(),
+        other => {
+            return Err(bad_column(
+                "headers",
+                format!("{other} is not a JSON object"),
+            ));
+        }
+    };
+    let attempts: i64 = row.try_get("attempts").map_err(map_err)?;
+    let attempts = i32::try_from(attempts)
+        .map_err(|_| bad_column("attempts", format!("{attempts} is out of range")))?;
+    Ok(OutboxEvent {
+        sequence: row.try_get("sequence").map_err(map_err)?,
+        id,
+        topic: text(row, "topic")?,
+        payload: json(row, "payload")?,
+        headers,
+        ordering_key: optional_text(row, "ordering_key")?,
+        idempotency_key: optional_text(row, "idempotency_key")?,
+        created_at: time(row, "created_at")?,
+        attempts,
+        last_error: optional_text(row, "last_error")?,
+        next_attempt_at: optional_time(row, "next_attempt_at")?,
+        lease_until: optional_time(row, "lease_until")?,
+        leased_by: optional_text(row, "leased_by")?,
+        published_at: optional_time(row, "published_at")?,
+        dead_lettered_at: optional_time(row, "dead_lettered_at")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn timestamps_have_one_fixed_width_and_round_trip_to_the_microsecond() {
+        let whole = Utc
+            .with_ymd_and_hms(2026, 1, 2, 3, 4, 5)
+            .single()
+            .expect("valid time");
+        assert_eq!(timestamp(whole), "2026-01-02T03:04:05.000000Z");
+        let fine = whole + chrono::Duration::nanoseconds(123_456_789);
+        assert_eq!(timestamp(fine), "2026-01-02T03:04:05.123456Z");
+        assert_eq!(
+            parse_timestamp(&timestamp(fine)),
+            Some(whole + chrono::Duration::microseconds(123_456))
+        );
+        assert!(timestamp(whole) < timestamp(whole + chrono::Duration::microseconds(1)));
+    }
+
+    #[test]
+    fn sqlite_and_rfc3339_forms_are_read() {
+        let expected = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).single();
+        assert_eq!(parse_timestamp("2026-01-02 03:04:05"), expected);
+        assert_eq!(parse_timestamp("2026-01-02T05:04:05+02:00"), expected);
+        assert_eq!(parse_timestamp("yesterday"), None);
+    }
+}
