@@ -9,9 +9,11 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::error::Error;
 use crate::error::Result;
 use crate::event::OutboxEvent;
 use crate::table::OutboxTable;
+use crate::topic::TopicFilter;
 
 /// One event about to be inserted, validated and encoded by the core.
 #[derive(Debug, Clone)]
@@ -43,6 +45,70 @@ pub struct EventLeaseParams {
     pub leased_by: String,
     /// At most this many events (the relay's batch size).
     pub limit: i64,
+    /// Only events of these topics. Defaults to every topic.
+    pub topics: TopicFilter,
+}
+
+impl EventLeaseParams {
+    /// Limits the lease to `topics`.
+    pub fn with_topics(mut self, topics: TopicFilter) -> Self {
+        self.topics = topics;
+        self
+    }
+}
+
+/// Return dead-lettered events to the queue with their attempts reset to 0.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventRetryDeadLetteredParams {
+    /// Only events of these topics.
+    pub topics: TopicFilter,
+    /// Only these event ids; `None` = every dead-lettered event of `topics`.
+    pub ids: Option<Vec<Uuid>>,
+}
+
+/// Which finished events a clean-up deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishedState {
+    /// Delivered events, by `published_at`.
+    Published,
+    /// Dead-lettered events, by `dead_lettered_at`.
+    DeadLettered,
+}
+
+/// Delete one batch of finished events older than a cut-off.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventDeleteFinishedParams {
+    /// Published or dead-lettered.
+    pub state: FinishedState,
+    /// Events finished before this time.
+    pub before: DateTime<Utc>,
+    /// Only events of these topics.
+    pub topics: TopicFilter,
+    /// At most this many rows in this statement.
+    pub limit: i64,
+}
+
+/// Count the backlog.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BacklogParams {
+    /// Only events of these topics.
+    pub topics: TopicFilter,
+    /// The clock the oldest pending age is measured against.
+    pub now: DateTime<Utc>,
+}
+
+/// The queue's state, for health checks (seed 001 § «Мёртвые» события, очередь и очистка).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Backlog {
+    /// Events still to deliver (neither published nor dead-lettered).
+    pub pending: i64,
+    /// Age in seconds of the oldest pending event; 0 when none is pending.
+    pub oldest_pending_age_seconds: f64,
+    /// Dead-lettered events.
+    pub dead_lettered: i64,
 }
 
 /// Extend the lease of events still held by `leased_by`.
@@ -105,7 +171,26 @@ macro_rules! params_new {
     };
 }
 params_new!(EventInsertParams { id: Uuid, topic: String, payload: Value, headers: Map<String, Value>, ordering_key: Option<String>, idempotency_key: Option<String> });
-params_new!(EventLeaseParams { now: DateTime<Utc>, lease_until: DateTime<Utc>, leased_by: String, limit: i64 });
+impl EventLeaseParams {
+    /// Builds the parameters for every topic; narrow them with [`EventLeaseParams::with_topics`].
+    pub fn new(
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        leased_by: String,
+        limit: i64,
+    ) -> Self {
+        EventLeaseParams {
+            now,
+            lease_until,
+            leased_by,
+            limit,
+            topics: TopicFilter::all(),
+        }
+    }
+}
+params_new!(EventRetryDeadLetteredParams { topics: TopicFilter, ids: Option<Vec<Uuid>> });
+params_new!(EventDeleteFinishedParams { state: FinishedState, before: DateTime<Utc>, topics: TopicFilter, limit: i64 });
+params_new!(BacklogParams { topics: TopicFilter, now: DateTime<Utc> });
 params_new!(EventLeaseExtendParams { sequences: Vec<i64>, leased_by: String, lease_until: DateTime<Utc> });
 params_new!(EventMarkDeliveredParams { sequences: Vec<i64>, now: DateTime<Utc> });
 params_new!(EventFailure { sequence: i64, attempts: i32, error: String, next_attempt_at: Option<DateTime<Utc>>, dead_lettered_at: Option<DateTime<Utc>> });
@@ -169,4 +254,41 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Reads one event by id (for tests and tools).
     async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>>;
+
+    /// Clears `dead_lettered_at`, `next_attempt_at` and the lease of matching dead-lettered events
+    /// and sets their attempts to 0; returns how many. `last_error` is kept.
+    async fn event_retry_dead_lettered(
+        &self,
+        table: &OutboxTable,
+        params: &EventRetryDeadLetteredParams,
+    ) -> Result<u64> {
+        let _ = (table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: retry of dead letters",
+            self.name()
+        )))
+    }
+
+    /// Deletes ONE batch of finished events (at most `limit` rows, in one short statement);
+    /// returns how many. Callers loop until it returns fewer than `limit`.
+    async fn event_delete_finished(
+        &self,
+        table: &OutboxTable,
+        params: &EventDeleteFinishedParams,
+    ) -> Result<u64> {
+        let _ = (table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: clean-up",
+            self.name()
+        )))
+    }
+
+    /// Counts the backlog.
+    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
+        let _ = (table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: backlog",
+            self.name()
+        )))
+    }
 }

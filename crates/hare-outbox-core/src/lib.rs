@@ -10,8 +10,10 @@ pub mod message;
 pub mod outbox;
 pub mod relay;
 pub mod table;
+pub mod topic;
 
 pub use backend::Backend;
+pub use backend::Backlog;
 pub use delivery::{Delivery, FnDelivery, JsonLinesDelivery};
 pub use error::{BoxError, DeliveryError, Error, Result};
 pub use event::{EVENT_ID_HEADER, EventStatus, OutboxEvent, TOPIC_HEADER};
@@ -19,6 +21,7 @@ pub use message::OutboxMessage;
 pub use outbox::Outbox;
 pub use relay::{OutboxRelay, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats};
 pub use table::OutboxTable;
+pub use topic::{TopicFilter, TopicPattern};
 
 /// Re-exported so callers can pass a shutdown signal to [`OutboxRelay::run`].
 pub use tokio_util::sync::CancellationToken;

@@ -28,12 +28,15 @@ mod sql;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hare_outbox_core::backend::{
-    EventInsertParams, EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams,
-    EventMarkFailedParams,
+    BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
+    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
+    EventRetryDeadLetteredParams, FinishedState,
 };
-use hare_outbox_core::{Backend, Error, OutboxEvent, OutboxTable, Result};
+use hare_outbox_core::{Backend, Backlog, Error, OutboxEvent, OutboxTable, Result, TopicFilter};
 use serde_json::{Map, Value};
+use sqlx::postgres::PgArguments;
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
+use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
@@ -131,11 +134,12 @@ impl Backend for PgBackend {
         params: &EventLeaseParams,
     ) -> Result<Vec<OutboxEvent>> {
         let statements = Statements::new(table);
-        let rows = sqlx::query(AssertSqlSafe(statements.event_lease))
+        let query = sqlx::query(AssertSqlSafe(statements.event_lease))
             .bind(params.now)
             .bind(params.lease_until)
             .bind(&params.leased_by)
-            .bind(params.limit)
+            .bind(params.limit);
+        let rows = bind_topics(query, &params.topics)
             .fetch_all(&self.pool)
             .await
             .map_err(translate)?;
@@ -208,6 +212,73 @@ impl Backend for PgBackend {
             .map_err(translate)?;
         row.as_ref().map(decode).transpose()
     }
+
+    async fn event_retry_dead_lettered(
+        &self,
+        table: &OutboxTable,
+        params: &EventRetryDeadLetteredParams,
+    ) -> Result<u64> {
+        let query = sqlx::query(AssertSqlSafe(
+            Statements::new(table).event_retry_dead_lettered,
+        ))
+        .bind(&params.ids);
+        let done = bind_topics(query, &params.topics)
+            .execute(&self.pool)
+            .await
+            .map_err(translate)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn event_delete_finished(
+        &self,
+        table: &OutboxTable,
+        params: &EventDeleteFinishedParams,
+    ) -> Result<u64> {
+        let statements = Statements::new(table);
+        let sql = match params.state {
+            FinishedState::Published => statements.event_delete_published,
+            FinishedState::DeadLettered => statements.event_delete_dead_lettered,
+        };
+        let query = sqlx::query(AssertSqlSafe(sql))
+            .bind(params.before)
+            .bind(params.limit);
+        let done = bind_topics(query, &params.topics)
+            .execute(&self.pool)
+            .await
+            .map_err(translate)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
+        let query = sqlx::query(AssertSqlSafe(Statements::new(table).backlog));
+        let row = bind_topics(query, &params.topics)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(translate)?;
+        let oldest: Option<DateTime<Utc>> = row.try_get("oldest_pending").map_err(translate)?;
+        Ok(Backlog {
+            pending: row.try_get("pending").map_err(translate)?,
+            oldest_pending_age_seconds: oldest
+                .map(|t| (params.now - t).as_seconds_f64().max(0.0))
+                .unwrap_or(0.0),
+            dead_lettered: row.try_get("dead_lettered").map_err(translate)?,
+        })
+    }
+}
+
+/// Binds the five parameters of a topic filter, in the order the statements number them.
+fn bind_topics<'q>(
+    query: Query<'q, sqlx::Postgres, PgArguments>,
+    topics: &TopicFilter,
+) -> Query<'q, sqlx::Postgres, PgArguments> {
+    let (all, include_exact, include_prefixes, exclude_exact, exclude_prefixes) =
+        topics.sql_parts();
+    query
+        .bind(all)
+        .bind(include_exact)
+        .bind(include_prefixes)
+        .bind(exclude_exact)
+        .bind(exclude_prefixes)
 }
 
 /// Decodes one row of [`sql::COLUMNS`] into an event.

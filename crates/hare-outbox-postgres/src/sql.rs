@@ -31,6 +31,10 @@ pub(crate) struct Statements {
     pub(crate) event_lease_extend: String,
     pub(crate) event_mark_delivered: String,
     pub(crate) event_mark_failed: String,
+    pub(crate) event_retry_dead_lettered: String,
+    pub(crate) event_delete_published: String,
+    pub(crate) event_delete_dead_lettered: String,
+    pub(crate) backlog: String,
 }
 
 /// A quoted identifier: `"name"` with inner quotes doubled.
@@ -81,6 +85,14 @@ impl Statements {
             event_lease_extend: render(include_str!("../queries/event_lease_extend.sql")),
             event_mark_delivered: render(include_str!("../queries/event_mark_delivered.sql")),
             event_mark_failed: render(include_str!("../queries/event_mark_failed.sql")),
+            event_retry_dead_lettered: render(include_str!(
+                "../queries/event_retry_dead_lettered.sql"
+            )),
+            event_delete_published: render(include_str!("../queries/event_delete_published.sql")),
+            event_delete_dead_lettered: render(include_str!(
+                "../queries/event_delete_dead_lettered.sql"
+            )),
+            backlog: render(include_str!("../queries/backlog.sql")),
         }
     }
 }

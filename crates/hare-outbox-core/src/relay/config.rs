@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::topic::TopicFilter;
 
 /// Smallest and largest batch size (seed 001 § OutboxRelay: `batch_size` from 1 to 10000).
 pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
@@ -31,6 +32,16 @@ pub struct RelayConfig {
     pub concurrency: usize,
     /// Relay name written to `leased_by`. Defaults to `host:pid:random`.
     pub name: String,
+    /// Topics this relay leases, delivers, counts and cleans: exact names or prefixes ending in
+    /// `*` (`_` and `%` are literal). `None` = every topic. Defaults to `None`.
+    pub topics: Option<Vec<String>>,
+    /// Topics left to other relays, same patterns as `topics`. Defaults to none.
+    pub exclude_topics: Vec<String>,
+    /// Rows deleted per statement by the clean-ups. 1 to 100000. Defaults to 1000.
+    pub cleanup_batch_size: usize,
+    /// How often the running relay refreshes its backlog gauges (`hare_outbox_backlog_*`); zero
+    /// turns the refresh off. Defaults to 15 s.
+    pub backlog_interval: Duration,
 }
 
 impl Default for RelayConfig {
@@ -45,6 +56,10 @@ impl Default for RelayConfig {
             delivery_timeout: Duration::from_secs(30),
             concurrency: 10,
             name: default_name(),
+            topics: None,
+            exclude_topics: Vec::new(),
+            cleanup_batch_size: 1000,
+            backlog_interval: Duration::from_secs(15),
         }
     }
 }
@@ -73,6 +88,33 @@ impl RelayConfig {
         with_delivery_timeout: delivery_timeout: Duration,
         /// Sets [`RelayConfig::concurrency`].
         with_concurrency: concurrency: usize,
+        /// Sets [`RelayConfig::cleanup_batch_size`].
+        with_cleanup_batch_size: cleanup_batch_size: usize,
+        /// Sets [`RelayConfig::backlog_interval`].
+        with_backlog_interval: backlog_interval: Duration,
+    }
+
+    /// Sets [`RelayConfig::topics`].
+    pub fn with_topics<S: Into<String>>(mut self, topics: impl IntoIterator<Item = S>) -> Self {
+        self.topics = Some(topics.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets [`RelayConfig::exclude_topics`].
+    pub fn with_exclude_topics<S: Into<String>>(
+        mut self,
+        topics: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.exclude_topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The parsed topic filter.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] naming the first pattern that is not a name or a `prefix*`.
+    pub fn topic_filter(&self) -> Result<TopicFilter> {
+        TopicFilter::new(self.topics.as_ref(), &self.exclude_topics)
     }
 
     /// Sets [`RelayConfig::name`].
@@ -126,6 +168,13 @@ impl RelayConfig {
                 self.retry_max.as_secs_f64()
             )));
         }
+        if !(1..=100_000).contains(&self.cleanup_batch_size) {
+            return Err(Error::configuration(format!(
+                "cleanup_batch_size {} is out of range; allowed 1 to 100000",
+                self.cleanup_batch_size
+            )));
+        }
+        self.topic_filter()?;
         let name_chars = self.name.chars().count();
         if self.name.trim().is_empty() || name_chars > 255 {
             return Err(Error::configuration(format!(

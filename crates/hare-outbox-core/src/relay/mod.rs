@@ -18,13 +18,16 @@ pub use observe::{RelayEvent, RelayObserver, RelayStats};
 pub use retry::{random_jitter, retry_delay};
 
 use crate::backend::{
-    Backend, EventFailure, EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams,
-    EventMarkFailedParams,
+    Backend, Backlog, BacklogParams, EventDeleteFinishedParams, EventFailure,
+    EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
+    EventRetryDeadLetteredParams, FinishedState,
 };
 use crate::delivery::Delivery;
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
 use crate::outbox::Outbox;
+use crate::topic::TopicFilter;
+use uuid::Uuid;
 
 /// What one poll did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -82,6 +85,7 @@ struct Inner<B: Backend> {
     outbox: Outbox<B>,
     delivery: Arc<dyn Delivery>,
     config: RelayConfig,
+    topics: TopicFilter,
     observers: Vec<Arc<dyn RelayObserver>>,
     stats: Counters,
 }
@@ -111,11 +115,13 @@ impl<B: Backend> OutboxRelay<B> {
     /// [`Error::Configuration`] when `config` is invalid (see [`RelayConfig::validate`]).
     pub fn new(outbox: Outbox<B>, delivery: impl Delivery, config: RelayConfig) -> Result<Self> {
         config.validate()?;
+        let topics = config.topic_filter()?;
         Ok(OutboxRelay {
             inner: Arc::new(Inner {
                 outbox,
                 delivery: Arc::new(delivery),
                 config,
+                topics,
                 observers: Vec::new(),
                 stats: Counters::default(),
             }),
@@ -147,6 +153,61 @@ impl<B: Backend> OutboxRelay<B> {
     /// Totals since the relay was built.
     pub fn stats(&self) -> RelayStats {
         self.inner.stats.snapshot()
+    }
+
+    /// Returns dead-lettered events of this relay's topics to the queue with their attempts reset
+    /// to 0; returns how many. `topics` (patterns as in [`RelayConfig::topics`]) and `ids` narrow
+    /// the selection; an empty slice does not narrow. A retried event releases the later events
+    /// of its ordering key once it is delivered (seed 001 § «Мёртвые» события).
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] for a malformed pattern; [`Error::Database`] when the update fails.
+    pub async fn retry_dead_lettered(&self, topics: &[&str], ids: &[Uuid]) -> Result<u64> {
+        let filter = self.inner.narrowed(topics)?;
+        let ids = (!ids.is_empty()).then(|| ids.to_vec());
+        let outbox = &self.inner.outbox;
+        let retried = outbox
+            .backend()
+            .event_retry_dead_lettered(
+                outbox.table(),
+                &EventRetryDeadLetteredParams::new(filter, ids),
+            )
+            .await?;
+        tracing::info!(relay = %self.name(), retried, "dead letters returned to the queue");
+        Ok(retried)
+    }
+
+    /// Deletes events of this relay's topics published more than `older_than` ago, in batches of
+    /// [`RelayConfig::cleanup_batch_size`] rows, each its own short statement, so no lock is held
+    /// for long; returns how many. The relay never runs it by itself.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when a delete fails (the batches before it stay deleted).
+    pub async fn cleanup_published(&self, older_than: Duration) -> Result<u64> {
+        self.inner
+            .cleanup(FinishedState::Published, older_than)
+            .await
+    }
+
+    /// Deletes dead-lettered events of this relay's topics dead for more than `older_than`, in
+    /// batches like [`cleanup_published`](Self::cleanup_published); returns how many. Deleting a
+    /// dead letter releases the later events of its ordering key.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when a delete fails (the batches before it stay deleted).
+    pub async fn cleanup_dead_lettered(&self, older_than: Duration) -> Result<u64> {
+        self.inner
+            .cleanup(FinishedState::DeadLettered, older_than)
+            .await
+    }
+
+    /// Counts the queue of this relay's topics: pending events, the age of the oldest in seconds,
+    /// dead letters. Also sets the `hare_outbox_backlog_*` gauges.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the query fails.
+    pub async fn backlog(&self) -> Result<Backlog> {
+        self.inner.backlog().await
     }
 
     /// Runs one poll: lease, deliver, mark. Returns what it did.
@@ -229,11 +290,64 @@ impl Counters {
 const MARK_TRIES: u32 = 3;
 
 impl<B: Backend> Inner<B> {
+    fn narrowed(&self, topics: &[&str]) -> Result<TopicFilter> {
+        if topics.is_empty() {
+            return Ok(self.topics.clone());
+        }
+        Ok(self
+            .topics
+            .and(&TopicFilter::new(Some(topics), Vec::<&str>::new())?))
+    }
+
+    async fn cleanup(&self, state: FinishedState, older_than: Duration) -> Result<u64> {
+        let before = Utc::now() - chrono_duration(older_than);
+        let limit = self.config.cleanup_batch_size as i64;
+        let params = EventDeleteFinishedParams::new(state, before, self.topics.clone(), limit);
+        let mut deleted = 0u64;
+        loop {
+            let n = self
+                .outbox
+                .backend()
+                .event_delete_finished(self.outbox.table(), &params)
+                .await?;
+            deleted += n;
+            if n < limit as u64 {
+                break;
+            }
+        }
+        tracing::info!(relay = %self.config.name, ?state, deleted, "clean-up finished");
+        Ok(deleted)
+    }
+
+    async fn backlog(&self) -> Result<Backlog> {
+        let params = BacklogParams::new(self.topics.clone(), Utc::now());
+        let backlog = self
+            .outbox
+            .backend()
+            .backlog(self.outbox.table(), &params)
+            .await?;
+        let table = self.outbox.table().to_string();
+        metrics::gauge!("hare_outbox_backlog_pending", "table" => table.clone())
+            .set(backlog.pending as f64);
+        metrics::gauge!("hare_outbox_backlog_oldest_pending_age_seconds", "table" => table.clone())
+            .set(backlog.oldest_pending_age_seconds);
+        metrics::gauge!("hare_outbox_backlog_dead_lettered", "table" => table)
+            .set(backlog.dead_lettered as f64);
+        Ok(backlog)
+    }
+
     async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<()> {
         let config = &self.config;
         let mut storage_errors: i32 = 0;
+        let mut next_backlog = tokio::time::Instant::now();
         tracing::info!(relay = %config.name, table = %self.outbox.table(), "relay started");
         while !shutdown.is_cancelled() {
+            if !config.backlog_interval.is_zero() && tokio::time::Instant::now() >= next_backlog {
+                next_backlog = tokio::time::Instant::now() + config.backlog_interval;
+                if let Err(error) = self.backlog().await {
+                    tracing::debug!(relay = %config.name, error = &error as &dyn std::error::Error, "backlog refresh failed");
+                }
+            }
             let wait = match self.poll_once().await {
                 Ok(outcome) if outcome.leased >= config.batch_size => {
                     storage_errors = 0;
@@ -281,7 +395,8 @@ impl<B: Backend> Inner<B> {
                     now + chrono_duration(config.lease),
                     config.name.clone(),
                     config.batch_size as i64,
-                ),
+                )
+                .with_topics(self.topics.clone()),
             )
             .await?;
         let mut outcome = PollOutcome {
@@ -295,7 +410,10 @@ impl<B: Backend> Inner<B> {
             .leased
             .fetch_add(events.len() as u64, Ordering::Relaxed);
 
+        let started = std::time::Instant::now();
         let results = self.deliver_holding_lease(&events).await;
+        metrics::histogram!("hare_outbox_batch_delivery_seconds", "table" => table.to_string())
+            .record(started.elapsed().as_secs_f64());
 
         let now = Utc::now();
         let mut delivered = Vec::new();
@@ -348,7 +466,9 @@ impl<B: Backend> Inner<B> {
         self.stats
             .dead_lettered
             .fetch_add(outcome.dead_lettered as u64, Ordering::Relaxed);
+        let table_name = table.to_string();
         for report in &reports {
+            record_metrics(&table_name, report);
             for observer in &self.observers {
                 observer.observe(report);
             }
@@ -368,7 +488,9 @@ impl<B: Backend> Inner<B> {
             let sequences: Vec<i64> = events.iter().map(|e| e.sequence).collect();
             let name = config.name.clone();
             let lease = config.lease;
-            tokio::spawn(async move {
+            // Aborted when dropped, so a poll future dropped mid-delivery stops extending the lease
+            // and the batch is delivered again after the lease expires.
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                 let period = lease / 3;
                 let mut ticker =
                     tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -383,13 +505,13 @@ impl<B: Backend> Inner<B> {
                         tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
                     }
                 }
-            })
+            }))
         };
         let mut results = self
             .delivery
             .deliver_batch(events, config.concurrency, config.delivery_timeout)
             .await;
-        extender.abort();
+        drop(extender);
         if results.len() != events.len() {
             let got = results.len();
             results = events
@@ -465,6 +587,31 @@ impl<B: Backend> Inner<B> {
                 }
                 Err(error) => return Err(error),
             }
+        }
+    }
+}
+
+/// Counters and the delay histogram, labelled by table and topic (keep topics few: each is a
+/// time series).
+fn record_metrics(table: &str, report: &RelayEvent) {
+    match report {
+        RelayEvent::Delivered {
+            topic,
+            delay_seconds,
+            ..
+        } => {
+            metrics::counter!("hare_outbox_delivered_total", "table" => table.to_owned(), "topic" => topic.clone())
+                .increment(1);
+            metrics::histogram!("hare_outbox_delivery_delay_seconds", "table" => table.to_owned(), "topic" => topic.clone())
+                .record(*delay_seconds);
+        }
+        RelayEvent::DeliveryFailed { topic, .. } => {
+            metrics::counter!("hare_outbox_delivery_failed_total", "table" => table.to_owned(), "topic" => topic.clone())
+                .increment(1);
+        }
+        RelayEvent::DeadLettered { topic, .. } => {
+            metrics::counter!("hare_outbox_dead_lettered_total", "table" => table.to_owned(), "topic" => topic.clone())
+                .increment(1);
         }
     }
 }
