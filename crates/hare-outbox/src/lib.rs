@@ -14,7 +14,9 @@
 //! use hare_outbox::{FnDelivery, Outbox, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig};
 //! use serde_json::json;
 //!
-//! let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! // A file database in real use (`hare_outbox::sqlite::connect("sqlite://app.db")`); an in-memory
+//! // one must have a single connection, or each connection sees its own empty database.
+//! let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await?;
 //! let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
 //! outbox.migrate().await?;
 //!
