@@ -20,7 +20,7 @@ pub(crate) fn timestamp(time: DateTime<Utc>) -> String {
 
 /// Parses a stored timestamp: the backend's own format, any RFC 3339 text, or SQLite's
 /// `YYYY-MM-DD HH:MM:SS[.fff]` (read as UTC, as `CURRENT_TIMESTAMP` writes it).
-fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
     if let Ok(time) = DateTime::parse_from_rfc3339(text) {
         return Some(time.with_timezone(&Utc));
     }

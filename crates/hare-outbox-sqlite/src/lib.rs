@@ -34,16 +34,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hare_outbox_core::backend::{
-    EventInsertParams, EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams,
-    EventMarkFailedParams,
+    BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
+    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
+    EventRetryDeadLetteredParams, FinishedState,
 };
-use hare_outbox_core::{Backend, Error, OutboxEvent, OutboxTable, Result};
+use hare_outbox_core::{Backend, Backlog, Error, OutboxEvent, OutboxTable, Result, TopicFilter};
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{AssertSqlSafe, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use crate::decode::timestamp;
+use crate::decode::{parse_timestamp, timestamp};
 use crate::error::map_err;
 use crate::sql::Query;
 
@@ -107,6 +108,28 @@ pub async fn connect(url: &str) -> Result<SqlitePool> {
 /// A list of sequences as the JSON array `json_each` reads.
 fn json_array(sequences: &[i64]) -> String {
     Value::from(sequences.to_vec()).to_string()
+}
+
+/// A list of strings as the JSON array `json_each` reads.
+fn json_strings(values: Vec<String>) -> String {
+    Value::from(values).to_string()
+}
+
+/// Binds the five parameters of a topic filter, in the order the statements number them: every
+/// topic? (0/1), then the included names, included prefixes, excluded names and excluded
+/// prefixes, each as a JSON array of strings.
+fn bind_topics<'q>(
+    query: sqlx::query::Query<'q, Sqlite, SqliteArguments>,
+    topics: &TopicFilter,
+) -> sqlx::query::Query<'q, Sqlite, SqliteArguments> {
+    let (all, include_exact, include_prefixes, exclude_exact, exclude_prefixes) =
+        topics.sql_parts();
+    query
+        .bind(all)
+        .bind(json_strings(include_exact))
+        .bind(json_strings(include_prefixes))
+        .bind(json_strings(exclude_exact))
+        .bind(json_strings(exclude_prefixes))
 }
 
 #[async_trait]
@@ -185,11 +208,12 @@ impl Backend for SqliteBackend {
         params: &EventLeaseParams,
     ) -> Result<Vec<OutboxEvent>> {
         let mut tx = self.begin_immediate().await?;
-        let rows = sqlx::query(AssertSqlSafe(Query::EventLease.render(table)))
+        let query = sqlx::query(AssertSqlSafe(Query::EventLease.render(table)))
             .bind(timestamp(params.now))
             .bind(timestamp(params.lease_until))
             .bind(&params.leased_by)
-            .bind(params.limit)
+            .bind(params.limit);
+        let rows = bind_topics(query, &params.topics)
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
@@ -270,5 +294,85 @@ impl Backend for SqliteBackend {
             .await
             .map_err(map_err)?;
         row.as_ref().map(decode::event).transpose()
+    }
+
+    /// Returns matching dead letters to the queue in one statement; `ids: None` matches any id.
+    ///
+    /// # Errors
+    /// [`Error::TransactionRetry`] when the write lock stays taken past the busy timeout;
+    /// [`Error::Database`] otherwise.
+    async fn event_retry_dead_lettered(
+        &self,
+        table: &OutboxTable,
+        params: &EventRetryDeadLetteredParams,
+    ) -> Result<u64> {
+        let ids = params
+            .ids
+            .as_ref()
+            .map(|ids| json_strings(ids.iter().map(|id| id.hyphenated().to_string()).collect()));
+        let query =
+            sqlx::query(AssertSqlSafe(Query::EventRetryDeadLettered.render(table))).bind(ids);
+        let done = bind_topics(query, &params.topics)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes one batch of at most `limit` finished events, oldest first, in one short
+    /// statement (the write lock is held only while it runs).
+    ///
+    /// # Errors
+    /// [`Error::TransactionRetry`] when the write lock stays taken past the busy timeout;
+    /// [`Error::Database`] otherwise.
+    async fn event_delete_finished(
+        &self,
+        table: &OutboxTable,
+        params: &EventDeleteFinishedParams,
+    ) -> Result<u64> {
+        let sql = match params.state {
+            FinishedState::Published => Query::EventDeletePublished,
+            FinishedState::DeadLettered => Query::EventDeleteDeadLettered,
+        }
+        .render(table);
+        let query = sqlx::query(AssertSqlSafe(sql))
+            .bind(timestamp(params.before))
+            .bind(params.limit);
+        let done = bind_topics(query, &params.topics)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+
+    /// Counts pending events (neither published nor dead-lettered), the age of the oldest against
+    /// `params.now` (0 when none, never negative) and dead letters.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the query fails or `created_at` is not a timestamp.
+    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
+        let query = sqlx::query(AssertSqlSafe(Query::Backlog.render(table)));
+        let row = bind_topics(query, &params.topics)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let oldest = row
+            .try_get::<Option<String>, _>("oldest_pending")
+            .map_err(map_err)?
+            .map(|text| {
+                parse_timestamp(&text).ok_or_else(|| {
+                    Error::database(format!(
+                        "outbox column created_at: {text:?} is not a timestamp"
+                    ))
+                })
+            })
+            .transpose()?;
+        Ok(Backlog {
+            pending: row.try_get("pending").map_err(map_err)?,
+            oldest_pending_age_seconds: oldest
+                .map(|t| (params.now - t).as_seconds_f64().max(0.0))
+                .unwrap_or(0.0),
+            dead_lettered: row.try_get("dead_lettered").map_err(map_err)?,
+        })
     }
 }

@@ -17,6 +17,10 @@ const EVENT_LEASE: &str = include_str!("../queries/event_lease.sql");
 const EVENT_LEASE_EXTEND: &str = include_str!("../queries/event_lease_extend.sql");
 const EVENT_MARK_DELIVERED: &str = include_str!("../queries/event_mark_delivered.sql");
 const EVENT_MARK_FAILED: &str = include_str!("../queries/event_mark_failed.sql");
+const EVENT_RETRY_DEAD_LETTERED: &str = include_str!("../queries/event_retry_dead_lettered.sql");
+const EVENT_DELETE_PUBLISHED: &str = include_str!("../queries/event_delete_published.sql");
+const EVENT_DELETE_DEAD_LETTERED: &str = include_str!("../queries/event_delete_dead_lettered.sql");
+const BACKLOG: &str = include_str!("../queries/backlog.sql");
 
 /// The statements of the backend.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +33,10 @@ pub(crate) enum Query {
     EventLeaseExtend,
     EventMarkDelivered,
     EventMarkFailed,
+    EventRetryDeadLettered,
+    EventDeletePublished,
+    EventDeleteDeadLettered,
+    Backlog,
 }
 
 impl Query {
@@ -42,6 +50,10 @@ impl Query {
             Query::EventLeaseExtend => EVENT_LEASE_EXTEND,
             Query::EventMarkDelivered => EVENT_MARK_DELIVERED,
             Query::EventMarkFailed => EVENT_MARK_FAILED,
+            Query::EventRetryDeadLettered => EVENT_RETRY_DEAD_LETTERED,
+            Query::EventDeletePublished => EVENT_DELETE_PUBLISHED,
+            Query::EventDeleteDeadLettered => EVENT_DELETE_DEAD_LETTERED,
+            Query::Backlog => BACKLOG,
         }
     }
 
@@ -118,6 +130,10 @@ mod tests {
             Query::EventLeaseExtend,
             Query::EventMarkDelivered,
             Query::EventMarkFailed,
+            Query::EventRetryDeadLettered,
+            Query::EventDeletePublished,
+            Query::EventDeleteDeadLettered,
+            Query::Backlog,
         ] {
             let sql = query.render(&table).replace("'{}'", "");
             assert!(!sql.contains('{') && !sql.contains('}'), "{query:?}: {sql}");

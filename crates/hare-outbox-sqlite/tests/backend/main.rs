@@ -4,4 +4,5 @@ mod common;
 mod enqueue;
 mod marks;
 mod relay;
+mod relay_ops;
 mod schema;
