@@ -45,9 +45,32 @@ enum Command {
         /// Distinct ordering keys (0 = no keys).
         #[arg(long, default_value_t = 1_000)]
         keys: i64,
-        /// Relay batch size.
-        #[arg(long, default_value_t = 100)]
-        batch: usize,
+        /// Relay batch sizes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+        batches: Vec<usize>,
+        /// Relay counts (concurrent relays on one table), comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 2])]
+        relays: Vec<usize>,
+        /// Table fillfactors to compare for the floor, comma-separated (100 = PostgreSQL's default).
+        #[arg(long, value_delimiter = ',', default_values_t = [100, 80])]
+        fillfactors: Vec<u32>,
+    },
+    /// Time one lease statement (EXPLAIN ANALYZE inside a rolled-back transaction) for several
+    /// per-key-order formulations on a large backlog, with and without a table full of published
+    /// rows and with half the keys' heads leased by another relay.
+    Lease {
+        /// Pending events.
+        #[arg(long, default_value_t = 1_000_000)]
+        pending: i64,
+        /// Distinct ordering keys, assigned round-robin.
+        #[arg(long, default_value_t = 10_000)]
+        keys: i64,
+        /// Published rows in the second table.
+        #[arg(long, default_value_t = 10_000_000)]
+        published: i64,
+        /// Timed runs per cell; the median is reported.
+        #[arg(long, default_value_t = 9)]
+        runs: usize,
     },
 }
 
@@ -55,11 +78,10 @@ enum Command {
 async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Drain {
-            events,
-            keys,
-            batch,
-        } => drain(&cli.database_url, events, keys, batch).await,
+        Command::Drain { events, keys, batches, relays, fillfactors } => {
+            drain(&cli.database_url, events, keys, &batches, &relays, &fillfactors).await
+        }
+        Command::Lease { pending, keys, published, runs } => lease(&cli.database_url, pending, keys, published, runs).await,
     }
 }
 
@@ -98,8 +120,26 @@ impl Scratch {
     /// A fresh outbox table `name` with `events` pending events over `keys` ordering keys, written
     /// with one INSERT … SELECT (setup, not measured).
     async fn backlog(&self, name: &str, events: i64, keys: i64) -> Result<Outbox<PgBackend>> {
+        self.backlog_with(name, events, keys, 100, 0).await
+    }
+
+    /// Like [`Scratch::backlog`], with a table fillfactor and `published` delivered rows written
+    /// before the pending ones.
+    async fn backlog_with(&self, name: &str, events: i64, keys: i64, fillfactor: u32, published: i64) -> Result<Outbox<PgBackend>> {
         let outbox = Outbox::new(PgBackend::new(self.pool.clone()), OutboxTable::parse(name)?);
         outbox.migrate().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER TABLE \"{name}\" SET (fillfactor = {fillfactor})")))
+            .execute(&self.pool)
+            .await?;
+        if published > 0 {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO \"{name}\" (id, topic, payload, headers, ordering_key, published_at) \
+                 SELECT gen_random_uuid(), 'bench.event', jsonb_build_object('n', g, 'text', 'lorem ipsum dolor sit amet'), \
+                        '{{\"author\": \"bench\"}}'::jsonb, 'k' || (g % 10000), now() FROM generate_series(1, {published}) g"
+            )))
+            .execute(&self.pool)
+            .await?;
+        }
         let key = if keys > 0 {
             format!("'k' || (g % {keys})")
         } else {
@@ -207,65 +247,182 @@ async fn receiver() -> Result<(String, Arc<AtomicU64>)> {
     Ok((url, hits))
 }
 
-async fn drain(url: &str, events: i64, keys: i64, batch: usize) -> Result<()> {
+async fn drain(url: &str, events: i64, keys: i64, batches: &[usize], relays: &[usize], fillfactors: &[u32]) -> Result<()> {
     let scratch = Scratch::new(url).await?;
-    println!(
-        "drain: {events} events over {keys} ordering keys, batch {batch}, PostgreSQL at {url}"
-    );
+    println!("drain: {events} events over {keys} ordering keys per run, PostgreSQL at {url}");
+    println!();
+    println!("{:<8} {:>6} {:>14} {:>14} {:>8}", "batch", "relays", "floor ev/s", "relay ev/s", "ratio");
+    let mut n = 0;
+    for &batch in batches {
+        for &count in relays {
+            n += 1;
+            let floor_outbox = scratch.backlog(&format!("floor_{n}"), events, keys).await?;
+            let start = Instant::now();
+            let done = in_parallel(count, |_| floor(&floor_outbox, batch)).await?;
+            let floor_rate = done as f64 / start.elapsed().as_secs_f64();
+            anyhow::ensure!(done == events as u64, "floor drained {done} of {events}");
+
+            let relay_outbox = scratch.backlog(&format!("relay_{n}"), events, keys).await?;
+            let start = Instant::now();
+            let done = in_parallel(count, |_| {
+                relay_drain(&relay_outbox, FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }), batch)
+            })
+            .await?;
+            let relay_rate = done as f64 / start.elapsed().as_secs_f64();
+            anyhow::ensure!(done == events as u64, "relays drained {done} of {events}");
+            println!("{batch:<8} {count:>6} {floor_rate:>14.0} {relay_rate:>14.0} {:>8.2}", relay_rate / floor_rate);
+        }
+    }
+
+    println!();
+    println!("floor by table fillfactor (batch {}, 1 relay): HOT share = heap-only updates / all updates", batches[0]);
+    println!("{:<12} {:>14} {:>10}", "fillfactor", "floor ev/s", "HOT share");
+    for &fillfactor in fillfactors {
+        let name = format!("ff_{fillfactor}");
+        let outbox = scratch.backlog_with(&name, events, keys, fillfactor, 0).await?;
+        let start = Instant::now();
+        let done = floor(&outbox, batches[0]).await?;
+        let rate = done as f64 / start.elapsed().as_secs_f64();
+        // The statistics collector lags a little; wait for it to count every update.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (hot, all): (i64, i64) = sqlx::query_as(
+            "SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+        )
+        .bind(&scratch.schema)
+        .bind(&name)
+        .fetch_one(&scratch.pool)
+        .await?;
+        println!("{fillfactor:<12} {rate:>14.0} {:>10.2}", hot as f64 / all.max(1) as f64);
+    }
+
+    println!();
+    println!("deliveries (batch {}, 1 relay, concurrency 10):", batches[0]);
+    let batch = batches[0];
     let mut rows: Vec<(&str, f64)> = Vec::new();
-
-    let outbox = scratch.backlog("floor", events, keys).await?;
-    let start = Instant::now();
-    let n = floor(&outbox, batch).await?;
-    rows.push((
-        "hand-written lease + mark (floor)",
-        n as f64 / start.elapsed().as_secs_f64(),
-    ));
-
     let outbox = scratch.backlog("noop", events, keys).await?;
     let start = Instant::now();
-    let n = relay_drain(
-        &outbox,
-        FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }),
-        batch,
-    )
-    .await?;
-    rows.push((
-        "relay, no-op delivery",
-        n as f64 / start.elapsed().as_secs_f64(),
-    ));
+    let n = relay_drain(&outbox, FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }), batch).await?;
+    rows.push(("relay, no-op delivery", n as f64 / start.elapsed().as_secs_f64()));
 
     let (hook, hits) = receiver().await?;
     let outbox = scratch.backlog("webhook", events, keys).await?;
     let start = Instant::now();
     let n = relay_drain(&outbox, WebhookDelivery::new(hook)?, batch).await?;
-    rows.push((
-        "relay → webhook (loopback, concurrency 10)",
-        n as f64 / start.elapsed().as_secs_f64(),
-    ));
-    anyhow::ensure!(
-        hits.load(Ordering::Relaxed) == n,
-        "receiver saw {} of {n}",
-        hits.load(Ordering::Relaxed)
-    );
+    rows.push(("relay → webhook (loopback receiver)", n as f64 / start.elapsed().as_secs_f64()));
+    anyhow::ensure!(hits.load(Ordering::Relaxed) == n, "receiver saw {} of {n}", hits.load(Ordering::Relaxed));
 
     let outbox = scratch.backlog("jsonl", events, keys).await?;
-    let sink = tokio::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .await?;
+    let sink = tokio::fs::OpenOptions::new().write(true).open("/dev/null").await?;
     let start = Instant::now();
     let n = relay_drain(&outbox, JsonLinesDelivery::new(sink), batch).await?;
-    rows.push((
-        "relay → JSON lines (stdout to /dev/null)",
-        n as f64 / start.elapsed().as_secs_f64(),
-    ));
+    rows.push(("relay → JSON lines (stdout to /dev/null)", n as f64 / start.elapsed().as_secs_f64()));
 
-    let floor_rate = rows[0].1;
-    println!("{:<46} {:>12} {:>9}", "run", "events/s", "× floor");
+    let base = rows[0].1;
+    println!("{:<46} {:>12} {:>9}", "run", "events/s", "× no-op");
     for (name, rate) in rows {
-        println!("{name:<46} {rate:>12.0} {:>9.2}", rate / floor_rate);
+        println!("{name:<46} {rate:>12.0} {:>9.2}", rate / base);
     }
     scratch.drop().await;
     Ok(())
+}
+
+/// Runs `count` copies of a drain concurrently on this task and adds up what they drained.
+async fn in_parallel<F, Fut>(count: usize, f: F) -> Result<u64>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<u64>>,
+{
+    let mut total = 0;
+    for r in futures::future::join_all((0..count).map(f)).await {
+        total += r?;
+    }
+    Ok(total)
+}
+
+const FORMULATIONS: &[(&str, &str)] = &[
+    ("NOT EXISTS (shipped)", include_str!("../sql/lease_not_exists.sql")),
+    ("DISTINCT ON heads", include_str!("../sql/lease_distinct_on.sql")),
+    ("recursive skip scan", include_str!("../sql/lease_skip_scan.sql")),
+];
+
+async fn lease(url: &str, pending: i64, keys: i64, published: i64, runs: usize) -> Result<()> {
+    let scratch = Scratch::new(url).await?;
+    println!("lease: {pending} pending events over {keys} keys; {published} published rows in the second table");
+    let started = Instant::now();
+    scratch.backlog("plain", pending, keys).await?;
+    scratch.backlog_with("full", pending, keys, 100, published).await?;
+    sqlx::query("VACUUM ANALYZE \"full\"").execute(&scratch.pool).await?;
+    println!("(setup took {:.0} s)", started.elapsed().as_secs_f64());
+    println!();
+    println!("{:<34} {:<22} {:>6} {:>12}", "table", "formulation", "batch", "median ms");
+    let mut shapes = Vec::new();
+    for (table, label, heads_leased) in [
+        ("plain", "1M pending", false),
+        ("full", "1M pending + published", false),
+        ("full", "… + half the heads leased", true),
+    ] {
+        if heads_leased {
+            // Another relay holds the heads of every other key: the lease must look past them.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE \"{table}\" SET lease_until = now() + interval '1 hour', leased_by = 'other' \
+                 WHERE sequence IN (SELECT min(sequence) FROM \"{table}\" \
+                 WHERE published_at IS NULL GROUP BY ordering_key HAVING substr(ordering_key, 2)::int % 2 = 0)"
+            )))
+            .execute(&scratch.pool)
+            .await?;
+        }
+        for (name, sql) in FORMULATIONS {
+            for batch in [100i64, 1000] {
+                let statement = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql.replace("{table}", &format!("\"{table}\"")));
+                let mut times = Vec::new();
+                let mut plan = serde_json::Value::Null;
+                for _ in 0..runs {
+                    let mut tx = scratch.pool.begin().await?;
+                    let now = chrono_now();
+                    let (json,): (serde_json::Value,) = sqlx::query_as(sqlx::AssertSqlSafe(statement.clone()))
+                        .bind(now)
+                        .bind(now + chrono::Duration::seconds(60))
+                        .bind("bench")
+                        .bind(batch)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.rollback().await?;
+                    times.push(json[0]["Execution Time"].as_f64().unwrap_or(f64::NAN));
+                    plan = json[0]["Plan"].clone();
+                }
+                times.sort_by(f64::total_cmp);
+                let median = times[times.len() / 2];
+                println!("{label:<34} {name:<22} {batch:>6} {median:>12.2}");
+                if batch == 100 {
+                    shapes.push(format!("{label} / {name}:\n{}", shape(&plan, 1)));
+                }
+            }
+        }
+    }
+    println!();
+    println!("EXPLAIN shapes (batch 100):");
+    for s in shapes {
+        println!("{s}");
+    }
+    scratch.drop().await;
+    Ok(())
+}
+
+/// The plan tree as indented node names with the index used, one line per node.
+fn shape(plan: &serde_json::Value, depth: usize) -> String {
+    let mut line = format!("{}{}", "  ".repeat(depth), plan["Node Type"].as_str().unwrap_or("?"));
+    if let Some(index) = plan["Index Name"].as_str() {
+        line.push_str(&format!(" using {index}"));
+    }
+    if let Some(rows) = plan["Actual Rows"].as_f64() {
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(1.0);
+        line.push_str(&format!(" (rows {rows:.0} × loops {loops:.0})"));
+    }
+    let mut out = vec![line];
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            out.push(shape(child, depth + 1));
+        }
+    }
+    out.join("\n")
 }
