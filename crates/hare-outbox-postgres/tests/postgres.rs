@@ -1,5 +1,7 @@
 //! The PostgreSQL backend against a real server: each test in a schema of its own.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,5 +1,7 @@
 //! Topic filters, dead-letter retry, clean-up, backlog and metrics on PostgreSQL.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -333,7 +335,7 @@ async fn relay_events_reach_observers_and_metrics() {
                             .any(|l| l.key() == "topic" && l.value() == t)
                     })
             })
-            .map(|(_, _, _, v)| v.clone())
+            .map(|(_, _, _, v)| v)
     };
     assert_eq!(
         value("hare_outbox_delivered_total", Some("ok")),

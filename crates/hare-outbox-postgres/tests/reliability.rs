@@ -1,6 +1,8 @@
 //! Reliability on PostgreSQL: several relays on one table, lost database connections, poison
 //! events. Each test is bounded in time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

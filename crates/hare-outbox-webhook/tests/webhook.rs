@@ -1,5 +1,7 @@
 //! WebhookDelivery against a real HTTP receiver on loopback (hare_outbox_testkit::http).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,8 @@
 //! End to end: events written into PostgreSQL in the caller's transaction, relayed to a real HTTP
 //! receiver on loopback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use hare_outbox::postgres::PgBackend;
