@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::error::Error;
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::extra::ExtraValue;
 use crate::table::OutboxTable;
 use crate::topic::TopicFilter;
 
@@ -31,6 +32,34 @@ pub struct EventInsertParams {
     pub ordering_key: Option<String>,
     /// The idempotency key.
     pub idempotency_key: Option<String>,
+    /// Values of extra columns, checked against the table by the core; columns not named here are
+    /// left to their default (NULL).
+    pub extra: Vec<(String, ExtraValue)>,
+}
+
+impl EventInsertParams {
+    /// Sets the extra column values.
+    pub fn with_extra(mut self, extra: Vec<(String, ExtraValue)>) -> Self {
+        self.extra = extra;
+        self
+    }
+
+    /// The messages' shape for batching: same key presence and same extra columns.
+    pub fn shape(&self) -> (bool, Vec<&str>) {
+        (
+            self.idempotency_key.is_some(),
+            self.extra.iter().map(|(c, _)| c.as_str()).collect(),
+        )
+    }
+}
+
+/// What an insert did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inserted {
+    /// The event as stored: the new one, or the one already stored under the idempotency key.
+    pub event: OutboxEvent,
+    /// `true` when this call wrote the event; `false` when the key was already taken.
+    pub created: bool,
 }
 
 /// Lease the next batch (DESIGN §7 step 1–2).
@@ -170,7 +199,27 @@ macro_rules! params_new {
         }
     };
 }
-params_new!(EventInsertParams { id: Uuid, topic: String, payload: Value, headers: Map<String, Value>, ordering_key: Option<String>, idempotency_key: Option<String> });
+impl EventInsertParams {
+    /// Builds the parameters without extra values; add them with [`EventInsertParams::with_extra`].
+    pub fn new(
+        id: Uuid,
+        topic: String,
+        payload: Value,
+        headers: Map<String, Value>,
+        ordering_key: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> Self {
+        EventInsertParams {
+            id,
+            topic,
+            payload,
+            headers,
+            ordering_key,
+            idempotency_key,
+            extra: Vec::new(),
+        }
+    }
+}
 impl EventLeaseParams {
     /// Builds the parameters for every topic; narrow them with [`EventLeaseParams::with_topics`].
     pub fn new(
@@ -196,6 +245,41 @@ params_new!(EventMarkDeliveredParams { sequences: Vec<i64>, now: DateTime<Utc> }
 params_new!(EventFailure { sequence: i64, attempts: i32, error: String, next_attempt_at: Option<DateTime<Utc>>, dead_lettered_at: Option<DateTime<Utc>> });
 params_new!(EventMarkFailedParams { failures: Vec<EventFailure>, leased_by: String });
 
+/// Install (or replace) one change capture (DESIGN §6): the validated plan of a
+/// [`ChangeCapture`](crate::capture::ChangeCapture). The backend checks it against the catalog
+/// (unknown columns, the outbox table itself, a missing primary key) before creating anything.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CaptureInstallParams {
+    /// The validated declaration.
+    pub plan: crate::capture::CapturePlan,
+}
+
+/// Remove the capture of one table.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CaptureUninstallParams {
+    /// The table's schema; `None` = as the database resolves the bare name.
+    pub schema: Option<String>,
+    /// The table.
+    pub table: String,
+}
+
+/// Set or clear the transaction's context headers, which capture triggers merge into the
+/// headers of every event they write in that transaction.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ContextSetParams {
+    /// The headers; `None` clears the context.
+    pub headers: Option<Map<String, Value>>,
+}
+
+params_new!(CaptureInstallParams {
+    plan: crate::capture::CapturePlan
+});
+params_new!(CaptureUninstallParams { schema: Option<String>, table: String });
+params_new!(ContextSetParams { headers: Option<Map<String, Value>> });
+
 /// A database backend: one method per SQL statement.
 ///
 /// `Conn` is the caller's connection type (`sqlx::PgConnection`, `sqlx::SqliteConnection`);
@@ -215,14 +299,39 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Applies [`Backend::schema_sql`]; safe to run concurrently and repeatedly.
     async fn migrate(&self, table: &OutboxTable) -> Result<()>;
 
+    /// A transaction on the backend's pool; derefs to the connection enqueue writes through.
+    type Transaction: Send + std::ops::DerefMut<Target = Self::Conn>;
+
+    /// Begins a transaction on the backend's pool.
+    async fn begin(&self) -> Result<Self::Transaction>;
+
+    /// Commits `tx`.
+    async fn commit(&self, tx: Self::Transaction) -> Result<()>;
+
+    /// Rolls `tx` back.
+    async fn rollback(&self, tx: Self::Transaction) -> Result<()>;
+
     /// Inserts one event on `conn`; on an idempotency key that is already stored, inserts nothing
-    /// and returns the stored event.
+    /// and returns the stored event with `created = false`. A key taken by another tenant's event
+    /// (tenant column, [`IdempotencyScope::Table`](crate::IdempotencyScope::Table)) is an
+    /// [`Error::Integrity`].
     async fn event_insert(
         &self,
         conn: &mut Self::Conn,
         table: &OutboxTable,
         params: &EventInsertParams,
-    ) -> Result<OutboxEvent>;
+    ) -> Result<Inserted>;
+
+    /// Inserts events in the given order inside one savepoint of `conn`'s transaction (or one
+    /// transaction of its own), one multi-row INSERT per run of consecutive same-shape messages,
+    /// and returns one [`Inserted`] per message in the given order; existing and repeated
+    /// idempotency keys are resolved with one SELECT.
+    async fn event_insert_many(
+        &self,
+        conn: &mut Self::Conn,
+        table: &OutboxTable,
+        params: &[EventInsertParams],
+    ) -> Result<Vec<Inserted>>;
 
     /// Leases the next batch, in `sequence` order.
     async fn event_lease(
@@ -288,6 +397,60 @@ pub trait Backend: Clone + Send + Sync + 'static {
         let _ = (table, params);
         Err(Error::Unsupported(format!(
             "{} backend: backlog",
+            self.name()
+        )))
+    }
+
+    /// Installs (or replaces) a change capture writing into `table`; nothing is created when a
+    /// check fails.
+    async fn capture_install(
+        &self,
+        table: &OutboxTable,
+        params: &CaptureInstallParams,
+    ) -> Result<()> {
+        let _ = (table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: change capture",
+            self.name()
+        )))
+    }
+
+    /// Removes the change capture of one table into `table`; returns whether one was installed.
+    async fn capture_uninstall(
+        &self,
+        table: &OutboxTable,
+        params: &CaptureUninstallParams,
+    ) -> Result<bool> {
+        let _ = (table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: change capture",
+            self.name()
+        )))
+    }
+
+    /// Every change capture installed into `table`, with its drift.
+    async fn capture_status(
+        &self,
+        table: &OutboxTable,
+    ) -> Result<Vec<crate::capture::CaptureStatus>> {
+        let _ = table;
+        Err(Error::Unsupported(format!(
+            "{} backend: change capture",
+            self.name()
+        )))
+    }
+
+    /// Sets or clears the context headers of the transaction on `conn`, for the capture
+    /// triggers writing into `table`.
+    async fn context_set(
+        &self,
+        conn: &mut Self::Conn,
+        table: &OutboxTable,
+        params: &ContextSetParams,
+    ) -> Result<()> {
+        let _ = (conn, table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: capture context",
             self.name()
         )))
     }

@@ -47,6 +47,11 @@ pub struct OutboxEvent {
     pub published_at: Option<DateTime<Utc>>,
     /// When the event ran out of attempts; it is not delivered any more.
     pub dead_lettered_at: Option<DateTime<Utc>>,
+    /// The values of the table's extra columns (tenant, foreign key, …) by column name, in their
+    /// JSON form ([`ExtraValue::to_json`](crate::ExtraValue::to_json)). Empty without extra
+    /// columns.
+    #[serde(default)]
+    pub extra: Map<String, Value>,
 }
 
 /// Where an event stands, as the journal shows it.
@@ -143,6 +148,7 @@ mod tests {
             leased_by: None,
             published_at: None,
             dead_lettered_at: None,
+            extra: Map::new(),
         }
     }
 

@@ -3,25 +3,31 @@
 //! the `hare-outbox` facade crate.
 
 pub mod backend;
+pub mod capture;
 pub mod delivery;
 pub mod error;
 pub mod event;
+pub mod extra;
 pub mod message;
 pub mod outbox;
 pub mod relay;
 pub mod table;
 pub mod topic;
+pub mod wakeup;
 
 pub use backend::Backend;
 pub use backend::Backlog;
+pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{Delivery, FnDelivery, JsonLinesDelivery};
 pub use error::{BoxError, DeliveryError, Error, Result};
 pub use event::{EVENT_ID_HEADER, EventStatus, OutboxEvent, TOPIC_HEADER};
+pub use extra::{ColumnType, ExtraColumn, ExtraValue};
 pub use message::OutboxMessage;
-pub use outbox::Outbox;
+pub use outbox::{Outbox, OutboxTransaction};
 pub use relay::{OutboxRelay, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats};
-pub use table::OutboxTable;
+pub use table::{IdempotencyScope, OutboxTable};
 pub use topic::{TopicFilter, TopicPattern};
+pub use wakeup::{InProcessWakeup, Wakeup, WakeupSubscription};
 
 /// Re-exported so callers can pass a shutdown signal to [`OutboxRelay::run`].
 pub use tokio_util::sync::CancellationToken;

@@ -1,27 +1,72 @@
-//! One declared outbox table and the enqueue call (seed 001 § enqueue()).
+//! One declared outbox table and the enqueue calls (seed 001 § enqueue(), § enqueue_many()).
+
+use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::backend::{Backend, EventInsertParams};
+use crate::backend::{Backend, EventInsertParams, Inserted};
 use crate::error::{Error, Result};
 use crate::event::OutboxEvent;
 use crate::message::OutboxMessage;
-use crate::table::OutboxTable;
+use crate::table::{IdempotencyScope, OutboxTable};
+use crate::wakeup::{PendingSignals, Wakeup};
 
 /// One outbox table on one database: where events are written and read.
 ///
 /// Cheap to clone (the backend holds a connection pool). Several `Outbox` values may name several
 /// tables in one database; they never see each other's events.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Outbox<B: Backend> {
     backend: B,
     table: OutboxTable,
+    wakeup: Option<Arc<dyn Wakeup>>,
+}
+
+impl<B: Backend> std::fmt::Debug for Outbox<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("backend", &self.backend.name())
+            .field("table", &self.table)
+            .field("wakeup", &self.wakeup.is_some())
+            .finish()
+    }
 }
 
 impl<B: Backend> Outbox<B> {
-    /// An outbox on `backend` in `table`.
+    /// An outbox on `backend` in `table`, without a wake-up (relays poll).
     pub fn new(backend: B, table: OutboxTable) -> Self {
-        Outbox { backend, table }
+        Outbox {
+            backend,
+            table,
+            wakeup: None,
+        }
+    }
+
+    /// Signals `wakeup` after every [`OutboxTransaction`] commit that wrote events; relays of this
+    /// outbox subscribe to the same object (seed 001 § Будильники: one object for both sides).
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when the wake-up cannot work with this backend
+    /// ([`Wakeup::check_supported`]).
+    pub fn with_wakeup(mut self, wakeup: impl Wakeup) -> Result<Self> {
+        wakeup.check_supported(self.backend.name())?;
+        self.wakeup = Some(Arc::new(wakeup));
+        Ok(self)
+    }
+
+    /// Like [`Outbox::with_wakeup`] for a wake-up already shared elsewhere.
+    ///
+    /// # Errors
+    /// As [`Outbox::with_wakeup`].
+    pub fn with_shared_wakeup(mut self, wakeup: Arc<dyn Wakeup>) -> Result<Self> {
+        wakeup.check_supported(self.backend.name())?;
+        self.wakeup = Some(wakeup);
+        Ok(self)
+    }
+
+    /// The wake-up, if any.
+    pub fn wakeup(&self) -> Option<&Arc<dyn Wakeup>> {
+        self.wakeup.as_ref()
     }
 
     /// The backend.
@@ -56,7 +101,12 @@ impl<B: Backend> Outbox<B> {
     /// written. With an idempotency key that is already stored (committed, or written earlier in
     /// this transaction), nothing is written and the stored event is returned unchanged — its own
     /// topic and payload — without an error (seed 001 § idempotency_key=). On PostgreSQL a
-    /// concurrent transaction holding the same uncommitted key makes this call wait for it.
+    /// concurrent transaction holding the same uncommitted key makes this call wait for it; if that
+    /// transaction rolls back, this call writes its own event.
+    ///
+    /// This call sends no wake-up signal (sqlx has no commit hook): relays find the event by
+    /// polling, or through an in-database signal such as LISTEN/NOTIFY. Use [`Outbox::begin`] for a
+    /// transaction that signals after its commit.
     ///
     /// `sequence` is taken at INSERT, not at COMMIT: two transactions writing the same ordering key
     /// concurrently may commit in the other order than their sequences. The relay never skips the
@@ -64,14 +114,60 @@ impl<B: Backend> Outbox<B> {
     /// order, which is the order in which they were written, not committed.
     ///
     /// # Errors
-    /// - [`Error::Validation`]: a refused argument (see [`OutboxMessage::validate`]); nothing written.
+    /// - [`Error::Validation`]: a refused argument (see [`OutboxMessage::validate`]), an extra
+    ///   column the table does not declare, a value of the wrong type, a missing `NOT NULL` extra
+    ///   value; nothing written.
+    /// - [`Error::Configuration`]: an idempotency key on a table without a unique constraint for it.
     /// - [`Error::Integrity`]: a unique violation other than the idempotency key (an explicit id
-    ///   that is taken).
+    ///   that is taken; a key taken by another tenant's event).
     /// - [`Error::TransactionRetry`]: a deadlock or serialization failure; retry the transaction.
     /// - [`Error::Database`]: anything else the database reports.
     pub async fn enqueue(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<OutboxEvent> {
-        let params = self.insert_params(message)?;
-        self.backend.event_insert(conn, &self.table, &params).await
+        Ok(self.insert(conn, message).await?.event)
+    }
+
+    /// Writes several events on `conn` and returns them in the given order (seed 001 §
+    /// enqueue_many()).
+    ///
+    /// Every message is checked as for [`Outbox::enqueue`] before anything is written. The events
+    /// are written in one savepoint of the caller's transaction (a transaction of its own on a
+    /// connection outside one), with one multi-row INSERT per run of consecutive messages of the
+    /// same shape (with or without an idempotency key, the same extra columns), in the given order,
+    /// so events of one ordering key are delivered in that order. For an idempotency key that is
+    /// already stored or given twice, the stored event is returned (all such keys are read with one
+    /// SELECT).
+    ///
+    /// Two concurrent calls taking the same keys in different orders can deadlock on PostgreSQL;
+    /// one of them fails with [`Error::TransactionRetry`]: retry it, or pass shared keys in one
+    /// order.
+    ///
+    /// # Errors
+    /// As [`Outbox::enqueue`]; on an error nothing of this call is written.
+    pub async fn enqueue_many(
+        &self,
+        conn: &mut B::Conn,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+    ) -> Result<Vec<OutboxEvent>> {
+        Ok(self
+            .insert_many(conn, messages)
+            .await?
+            .into_iter()
+            .map(|i| i.event)
+            .collect())
+    }
+
+    /// Begins a transaction on the backend's pool that sends one wake-up signal per written topic
+    /// after its COMMIT, never after a rollback (seed 001 § Будильники). Run your own statements
+    /// through it (`&mut *tx` is the connection) and enqueue with [`OutboxTransaction::enqueue`].
+    ///
+    /// # Errors
+    /// [`Error::Database`] when no connection can be had.
+    pub async fn begin(&self) -> Result<OutboxTransaction<B>> {
+        Ok(OutboxTransaction {
+            outbox: self.clone(),
+            tx: self.backend.begin().await?,
+            signals: PendingSignals::default(),
+        })
     }
 
     /// Reads one event by id, or `None`.
@@ -80,6 +176,29 @@ impl<B: Backend> Outbox<B> {
     /// [`Error::Database`] when the query fails.
     pub async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
         self.backend.event_get(&self.table, id).await
+    }
+
+    async fn insert(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<Inserted> {
+        let params = self.insert_params(message)?;
+        self.backend.event_insert(conn, &self.table, &params).await
+    }
+
+    async fn insert_many(
+        &self,
+        conn: &mut B::Conn,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+    ) -> Result<Vec<Inserted>> {
+        let params = messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| self.insert_params(m).map_err(|e| at_message(i, e)))
+            .collect::<Result<Vec<_>>>()?;
+        if params.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.backend
+            .event_insert_many(conn, &self.table, &params)
+            .await
     }
 
     fn insert_params(&self, message: OutboxMessage) -> Result<EventInsertParams> {
@@ -91,9 +210,62 @@ impl<B: Backend> Outbox<B> {
             headers,
             ordering_key,
             idempotency_key,
+            extra,
             ..
         } = message;
+        let table = &self.table;
+        for (name, value) in &extra {
+            let Some(column) = table.column(name) else {
+                let declared: Vec<&str> = table.columns().iter().map(|c| c.name()).collect();
+                return Err(Error::validation(
+                    format!("extra.{name}"),
+                    format!(
+                        "{name:?} is not an extra column of outbox table {table}; declared: [{}]",
+                        declared.join(", ")
+                    ),
+                ));
+            };
+            if !value.fits(column.column_type()) {
+                return Err(value.mismatch(column));
+            }
+        }
+        for column in table.columns().iter().filter(|c| c.is_not_null()) {
+            let set = extra
+                .iter()
+                .any(|(n, v)| n == column.name() && *v != crate::ExtraValue::Null);
+            if !set {
+                return Err(Error::validation(
+                    format!("extra.{}", column.name()),
+                    format!("column {:?} is NOT NULL; give it a value", column.name()),
+                ));
+            }
+        }
+        if idempotency_key.is_some() {
+            match table.idempotency_scope() {
+                IdempotencyScope::None => {
+                    return Err(Error::configuration(format!(
+                        "outbox table {table} has no unique constraint covering idempotency_key; declare IdempotencyScope::Table or PerTenant to enqueue with a key"
+                    )));
+                }
+                IdempotencyScope::PerTenant => {
+                    let tenant = table.tenant_column().unwrap_or_default();
+                    let set = extra
+                        .iter()
+                        .any(|(n, v)| n == tenant && *v != crate::ExtraValue::Null);
+                    if !set {
+                        return Err(Error::validation(
+                            format!("extra.{tenant}"),
+                            "idempotency keys are unique per tenant here: a message with a key needs its tenant",
+                        ));
+                    }
+                }
+                IdempotencyScope::Table => {}
+            }
+        }
         let payload = payload.map_err(|m| Error::validation("payload", m))?;
+        // Extra values in the table's column order, so equal shapes batch together.
+        let mut extra = extra;
+        extra.sort_by_key(|(name, _)| table.columns().iter().position(|c| c.name() == name));
         Ok(EventInsertParams::new(
             id.unwrap_or_else(Uuid::now_v7),
             topic,
@@ -101,6 +273,119 @@ impl<B: Backend> Outbox<B> {
             headers,
             ordering_key,
             idempotency_key,
-        ))
+        )
+        .with_extra(extra))
+    }
+}
+
+/// Prefixes a validation error with the message's position in an enqueue_many call.
+fn at_message(index: usize, error: Error) -> Error {
+    match error {
+        Error::Validation { field, message } => Error::Validation {
+            field: format!("messages[{index}].{field}"),
+            message,
+        },
+        other => other,
+    }
+}
+
+/// A transaction that signals the outbox's wake-up after its COMMIT: one signal naming every topic
+/// it wrote (coalesced), nothing after a rollback or for an idempotency key that was already
+/// stored. Derefs to the backend's connection, so your own statements run through `&mut *tx`.
+///
+/// Dropping it without [`commit`](Self::commit) rolls back.
+pub struct OutboxTransaction<B: Backend> {
+    outbox: Outbox<B>,
+    tx: B::Transaction,
+    signals: PendingSignals,
+}
+
+impl<B: Backend> std::fmt::Debug for OutboxTransaction<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxTransaction")
+            .field("outbox", &self.outbox)
+            .field("signals", &self.signals)
+            .finish()
+    }
+}
+
+impl<B: Backend> std::ops::Deref for OutboxTransaction<B> {
+    type Target = B::Conn;
+    fn deref(&self) -> &B::Conn {
+        &self.tx
+    }
+}
+
+impl<B: Backend> std::ops::DerefMut for OutboxTransaction<B> {
+    fn deref_mut(&mut self) -> &mut B::Conn {
+        &mut self.tx
+    }
+}
+
+impl<B: Backend> OutboxTransaction<B> {
+    /// [`Outbox::enqueue`] in this transaction; the topic is signalled after commit if the event
+    /// was written by this call.
+    ///
+    /// # Errors
+    /// As [`Outbox::enqueue`].
+    pub async fn enqueue(&mut self, message: OutboxMessage) -> Result<OutboxEvent> {
+        let inserted = self.outbox.insert(&mut self.tx, message).await?;
+        if inserted.created {
+            self.signals.add(&inserted.event.topic);
+        }
+        Ok(inserted.event)
+    }
+
+    /// [`Outbox::enqueue_many`] in this transaction; after commit one signal names the topics of
+    /// the events this call wrote.
+    ///
+    /// # Errors
+    /// As [`Outbox::enqueue_many`].
+    pub async fn enqueue_many(
+        &mut self,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+    ) -> Result<Vec<OutboxEvent>> {
+        let inserted = self.outbox.insert_many(&mut self.tx, messages).await?;
+        for i in inserted.iter().filter(|i| i.created) {
+            self.signals.add(&i.event.topic);
+        }
+        Ok(inserted.into_iter().map(|i| i.event).collect())
+    }
+
+    /// The topics that will be signalled after commit, sorted.
+    pub fn pending_topics(&self) -> Vec<String> {
+        self.signals.topics()
+    }
+
+    /// Commits, then sends one wake-up signal naming every topic written. A failed signal is
+    /// logged, not returned: the events are committed and polling delivers them.
+    ///
+    /// # Errors
+    /// The commit's error; then nothing is signalled.
+    pub async fn commit(self) -> Result<()> {
+        let OutboxTransaction {
+            outbox,
+            tx,
+            signals,
+        } = self;
+        outbox.backend.commit(tx).await?;
+        if let Some(wakeup) = outbox.wakeup.as_ref()
+            && !signals.is_empty()
+            && let Err(error) = wakeup.signal(&signals.topics()).await
+        {
+            tracing::warn!(
+                error = &error as &dyn std::error::Error,
+                "wake-up signal failed; relays will find the events by polling"
+            );
+        }
+        Ok(())
+    }
+
+    /// Rolls back; nothing is signalled.
+    ///
+    /// # Errors
+    /// The rollback's error.
+    pub async fn rollback(self) -> Result<()> {
+        self.outbox.backend.rollback(self.tx).await
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::error::{Error, Result};
+use crate::extra::ExtraColumn;
 
 /// Longest schema name, in bytes: PostgreSQL keeps 63 bytes of an identifier.
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
@@ -19,6 +20,26 @@ pub const MAX_TABLE_NAME_BYTES: usize = 47;
 pub struct OutboxTable {
     schema: Option<String>,
     name: String,
+    columns: Vec<ExtraColumn>,
+    tenant_column: Option<String>,
+    idempotency_scope: IdempotencyScope,
+}
+
+/// Which unique constraint covers the idempotency key (seed 001 § idempotency_key=).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyScope {
+    /// `UNIQUE (idempotency_key)`: one event per key in the whole table, across tenants too (a key
+    /// taken by another tenant's event is an `Error::Integrity`). The default.
+    #[default]
+    Table,
+    /// `UNIQUE (tenant, idempotency_key)`: keys are unique within a tenant. Needs a tenant column.
+    PerTenant,
+    /// No unique constraint: enqueueing a message with an idempotency key is an
+    /// `Error::Configuration`.
+    None,
 }
 
 impl OutboxTable {
@@ -46,7 +67,75 @@ impl OutboxTable {
         Ok(OutboxTable {
             schema: schema.map(str::to_owned),
             name: name.to_owned(),
+            columns: Vec::new(),
+            tenant_column: None,
+            idempotency_scope: IdempotencyScope::Table,
         })
+    }
+
+    /// Adds an extra column (seed 001 § Колонки подкласса). Messages set it with
+    /// `OutboxMessage::extra`; events carry it in `OutboxEvent::extra`.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when a column of that name is already declared.
+    pub fn with_column(mut self, column: ExtraColumn) -> Result<Self> {
+        if self.column(column.name()).is_some() {
+            return Err(Error::configuration(format!(
+                "outbox table {self}: extra column {:?} is declared twice",
+                column.name()
+            )));
+        }
+        self.columns.push(column);
+        Ok(self)
+    }
+
+    /// Names the extra column that holds the tenant.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when no extra column of that name is declared.
+    pub fn with_tenant_column(mut self, name: &str) -> Result<Self> {
+        if self.column(name).is_none() {
+            return Err(Error::configuration(format!(
+                "outbox table {self}: tenant column {name:?} is not a declared extra column; declare it with with_column first"
+            )));
+        }
+        self.tenant_column = Some(name.to_owned());
+        Ok(self)
+    }
+
+    /// Sets which unique constraint covers the idempotency key. Defaults to
+    /// [`IdempotencyScope::Table`].
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] for [`IdempotencyScope::PerTenant`] without a tenant column.
+    pub fn with_idempotency_scope(mut self, scope: IdempotencyScope) -> Result<Self> {
+        if scope == IdempotencyScope::PerTenant && self.tenant_column.is_none() {
+            return Err(Error::configuration(format!(
+                "outbox table {self}: idempotency keys unique per tenant need a tenant column (with_tenant_column)"
+            )));
+        }
+        self.idempotency_scope = scope;
+        Ok(self)
+    }
+
+    /// The extra columns, in declaration order.
+    pub fn columns(&self) -> &[ExtraColumn] {
+        &self.columns
+    }
+
+    /// The extra column `name`, if declared.
+    pub fn column(&self, name: &str) -> Option<&ExtraColumn> {
+        self.columns.iter().find(|c| c.name() == name)
+    }
+
+    /// The tenant column, if any.
+    pub fn tenant_column(&self) -> Option<&str> {
+        self.tenant_column.as_deref()
+    }
+
+    /// The idempotency key's unique constraint.
+    pub fn idempotency_scope(&self) -> IdempotencyScope {
+        self.idempotency_scope
     }
 
     /// The schema part, if any.
@@ -66,6 +155,9 @@ impl Default for OutboxTable {
         OutboxTable {
             schema: None,
             name: "hare_outbox".to_owned(),
+            columns: Vec::new(),
+            tenant_column: None,
+            idempotency_scope: IdempotencyScope::Table,
         }
     }
 }

@@ -1,1 +1,1 @@
-SELECT {columns} FROM {table} WHERE idempotency_key = $1
+SELECT {columns} FROM {table} WHERE idempotency_key = ANY($1)

@@ -1,4 +1,4 @@
-INSERT INTO {table} (id, topic, payload, headers, ordering_key, idempotency_key)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (idempotency_key) DO NOTHING
+INSERT INTO {table} ({insert_columns})
+VALUES ({insert_values})
+{on_conflict}
 RETURNING {columns}

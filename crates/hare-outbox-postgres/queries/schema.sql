@@ -5,7 +5,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     payload          JSONB NOT NULL,
     headers          JSONB NOT NULL DEFAULT '{}'::jsonb,
     ordering_key     VARCHAR(255),
-    idempotency_key  VARCHAR(255) UNIQUE,
+    idempotency_key  VARCHAR(255),
     created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
     attempts         INTEGER NOT NULL DEFAULT 0,
     last_error       TEXT,
@@ -13,8 +13,8 @@ CREATE TABLE IF NOT EXISTS {table} (
     lease_until      TIMESTAMPTZ,
     leased_by        VARCHAR(255),
     published_at     TIMESTAMPTZ,
-    dead_lettered_at TIMESTAMPTZ
-);
+    dead_lettered_at TIMESTAMPTZ{extra_column_defs}{idempotency_constraint}
+);{extra_column_alters}
 -- Events still to deliver, in delivery order.
 CREATE INDEX IF NOT EXISTS "{prefix}_pending_idx" ON {table} (sequence)
     WHERE published_at IS NULL AND dead_lettered_at IS NULL;

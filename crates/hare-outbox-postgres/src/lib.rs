@@ -22,17 +22,22 @@
 //! # Ok(()) }
 //! ```
 
+mod capture;
 mod error;
 mod sql;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use hare_outbox_core::backend::Inserted;
 use hare_outbox_core::backend::{
     BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
     EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
     EventRetryDeadLetteredParams, FinishedState,
 };
-use hare_outbox_core::{Backend, Backlog, Error, OutboxEvent, OutboxTable, Result, TopicFilter};
+use hare_outbox_core::{
+    Backend, Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, OutboxEvent, OutboxTable,
+    Result, TopicFilter,
+};
 use serde_json::{Map, Value};
 use sqlx::postgres::PgArguments;
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
@@ -66,6 +71,7 @@ impl PgBackend {
 #[async_trait]
 impl Backend for PgBackend {
     type Conn = PgConnection;
+    type Transaction = sqlx::Transaction<'static, sqlx::Postgres>;
 
     fn name(&self) -> &'static str {
         "postgres"
@@ -90,42 +96,140 @@ impl Backend for PgBackend {
         tx.commit().await.map_err(translate)
     }
 
+    async fn begin(&self) -> Result<Self::Transaction> {
+        self.pool.begin().await.map_err(translate)
+    }
+
+    async fn commit(&self, tx: Self::Transaction) -> Result<()> {
+        tx.commit().await.map_err(translate)
+    }
+
+    async fn rollback(&self, tx: Self::Transaction) -> Result<()> {
+        tx.rollback().await.map_err(translate)
+    }
+
     async fn event_insert(
         &self,
         conn: &mut PgConnection,
         table: &OutboxTable,
         params: &EventInsertParams,
-    ) -> Result<OutboxEvent> {
+    ) -> Result<Inserted> {
         let statements = Statements::new(table);
-        let inserted = sqlx::query(AssertSqlSafe(statements.event_insert))
+        let extra: Vec<&str> = params.extra.iter().map(|(c, _)| c.as_str()).collect();
+        let sql = statements.event_insert(table, &extra);
+        let mut query = sqlx::query(AssertSqlSafe(sql))
             .bind(params.id)
             .bind(&params.topic)
             .bind(&params.payload)
             .bind(Value::Object(params.headers.clone()))
             .bind(&params.ordering_key)
-            .bind(&params.idempotency_key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(translate)?;
+            .bind(&params.idempotency_key);
+        for (_, value) in &params.extra {
+            query = bind_extra(query, value);
+        }
+        let inserted = query.fetch_optional(&mut *conn).await.map_err(translate)?;
         if let Some(row) = inserted {
-            return decode(&row);
+            return Ok(Inserted {
+                event: decode(table, &row)?,
+                created: true,
+            });
         }
         // ON CONFLICT DO NOTHING: the key is taken; return the stored event unchanged.
-        let key = params.idempotency_key.as_deref().unwrap_or_default();
-        let stored = sqlx::query(AssertSqlSafe(statements.event_get_by_idempotency_key))
-            .bind(key)
-            .fetch_optional(&mut *conn)
+        let mut stored =
+            stored_by_keys(conn, table, &statements, std::slice::from_ref(params)).await?;
+        let event = stored
+            .pop()
+            .flatten()
+            .ok_or_else(|| invisible_key(params))?;
+        Ok(Inserted {
+            event,
+            created: false,
+        })
+    }
+
+    async fn event_insert_many(
+        &self,
+        conn: &mut PgConnection,
+        table: &OutboxTable,
+        params: &[EventInsertParams],
+    ) -> Result<Vec<Inserted>> {
+        let statements = Statements::new(table);
+        // A savepoint inside the caller's transaction (or a transaction of its own): an error
+        // leaves nothing of this call behind.
+        let mut savepoint = sqlx::Connection::begin(&mut *conn)
             .await
             .map_err(translate)?;
-        match stored {
-            Some(row) => decode(&row),
-            None => Err(Error::TransactionRetry {
-                message: format!(
-                    "idempotency key {key:?} is taken by an event this transaction cannot see (committed after its snapshot)"
-                ),
-                source: "idempotency key conflict".into(),
-            }),
+        let mut results: Vec<Option<Inserted>> = vec![None; params.len()];
+        let mut start = 0;
+        while start < params.len() {
+            let shape = params[start].shape();
+            let end = (start..params.len())
+                .find(|&i| params[i].shape() != shape)
+                .unwrap_or(params.len());
+            let run = &params[start..end];
+            let extra: Vec<&str> = run[0].extra.iter().map(|(c, _)| c.as_str()).collect();
+            let mut query = sqlx::query(AssertSqlSafe(statements.event_insert_many(table, &extra)))
+                .bind(run.iter().map(|p| p.id).collect::<Vec<_>>())
+                .bind(run.iter().map(|p| p.topic.clone()).collect::<Vec<_>>())
+                .bind(run.iter().map(|p| p.payload.clone()).collect::<Vec<_>>())
+                .bind(
+                    run.iter()
+                        .map(|p| Value::Object(p.headers.clone()))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    run.iter()
+                        .map(|p| p.ordering_key.clone())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    run.iter()
+                        .map(|p| p.idempotency_key.clone())
+                        .collect::<Vec<_>>(),
+                );
+            for (i, name) in extra.iter().enumerate() {
+                let column_type = table
+                    .column(name)
+                    .map_or(ColumnType::Text, |c| c.column_type());
+                query = bind_extra_array(query, column_type, run.iter().map(|p| &p.extra[i].1));
+            }
+            let rows = query.fetch_all(&mut *savepoint).await.map_err(translate)?;
+            let mut by_id = std::collections::HashMap::with_capacity(rows.len());
+            for row in &rows {
+                let event = decode(table, row)?;
+                by_id.insert(event.id, event);
+            }
+            for (offset, p) in run.iter().enumerate() {
+                if let Some(event) = by_id.remove(&p.id) {
+                    results[start + offset] = Some(Inserted {
+                        event,
+                        created: true,
+                    });
+                }
+            }
+            start = end;
         }
+        // Existing and repeated keys: one SELECT for all of them.
+        let missing: Vec<usize> = (0..params.len())
+            .filter(|&i| results[i].is_none())
+            .collect();
+        if !missing.is_empty() {
+            let wanted: Vec<EventInsertParams> =
+                missing.iter().map(|&i| params[i].clone()).collect();
+            let stored = stored_by_keys(&mut savepoint, table, &statements, &wanted).await?;
+            for (&i, event) in missing.iter().zip(stored) {
+                let event = event.ok_or_else(|| invisible_key(&params[i]))?;
+                results[i] = Some(Inserted {
+                    event,
+                    created: false,
+                });
+            }
+        }
+        savepoint.commit().await.map_err(translate)?;
+        results
+            .into_iter()
+            .map(|r| r.ok_or_else(|| Error::configuration("an enqueued message got no event back")))
+            .collect()
     }
 
     async fn event_lease(
@@ -143,7 +247,10 @@ impl Backend for PgBackend {
             .fetch_all(&self.pool)
             .await
             .map_err(translate)?;
-        let mut events = rows.iter().map(decode).collect::<Result<Vec<_>>>()?;
+        let mut events = rows
+            .iter()
+            .map(|r| decode(table, r))
+            .collect::<Result<Vec<_>>>()?;
         events.sort_by_key(|e| e.sequence);
         Ok(events)
     }
@@ -210,7 +317,7 @@ impl Backend for PgBackend {
             .fetch_optional(&self.pool)
             .await
             .map_err(translate)?;
-        row.as_ref().map(decode).transpose()
+        row.as_ref().map(|r| decode(table, r)).transpose()
     }
 
     async fn event_retry_dead_lettered(
@@ -264,6 +371,38 @@ impl Backend for PgBackend {
             dead_lettered: row.try_get("dead_lettered").map_err(translate)?,
         })
     }
+
+    async fn capture_install(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::CaptureInstallParams,
+    ) -> Result<()> {
+        capture::install(&self.pool, table, params).await
+    }
+
+    async fn capture_uninstall(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::CaptureUninstallParams,
+    ) -> Result<bool> {
+        capture::uninstall(&self.pool, table, params).await
+    }
+
+    async fn capture_status(
+        &self,
+        table: &OutboxTable,
+    ) -> Result<Vec<hare_outbox_core::capture::CaptureStatus>> {
+        capture::status(&self.pool, table).await
+    }
+
+    async fn context_set(
+        &self,
+        conn: &mut PgConnection,
+        _table: &OutboxTable,
+        params: &hare_outbox_core::backend::ContextSetParams,
+    ) -> Result<()> {
+        capture::context_set(conn, params).await
+    }
 }
 
 /// Binds the five parameters of a topic filter, in the order the statements number them.
@@ -281,8 +420,153 @@ fn bind_topics<'q>(
         .bind(exclude_prefixes)
 }
 
-/// Decodes one row of [`sql::COLUMNS`] into an event.
-fn decode(row: &PgRow) -> Result<OutboxEvent> {
+/// The stored events for the idempotency keys of `params`, in order (`None` where this
+/// transaction cannot see the row). With a tenant column and keys unique across the table, a key
+/// held by another tenant's event is an integrity error (seed 001 § idempotency_key=).
+async fn stored_by_keys(
+    conn: &mut PgConnection,
+    table: &OutboxTable,
+    statements: &Statements,
+    params: &[EventInsertParams],
+) -> Result<Vec<Option<OutboxEvent>>> {
+    let keys: Vec<String> = params
+        .iter()
+        .filter_map(|p| p.idempotency_key.clone())
+        .collect();
+    let rows = sqlx::query(AssertSqlSafe(
+        statements.event_get_by_idempotency_key.clone(),
+    ))
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(translate)?;
+    let stored = rows
+        .iter()
+        .map(|r| decode(table, r))
+        .collect::<Result<Vec<_>>>()?;
+    let tenant = table.tenant_column();
+    params
+        .iter()
+        .map(|p| {
+            let key = p.idempotency_key.as_deref();
+            let tenant_value = tenant.map(|t| {
+                p.extra
+                    .iter()
+                    .find(|(c, _)| c == t)
+                    .map_or(Value::Null, |(_, v)| v.to_json())
+            });
+            let same_key: Vec<&OutboxEvent> = stored.iter().filter(|e| e.idempotency_key.as_deref() == key).collect();
+            let Some(tenant_column) = tenant else {
+                return Ok(same_key.first().map(|e| (*e).clone()));
+            };
+            let tenant_value = tenant_value.unwrap_or(Value::Null);
+            let own = same_key
+                .iter()
+                .find(|e| e.extra.get(tenant_column).unwrap_or(&Value::Null) == &tenant_value);
+            match (own, same_key.first()) {
+                (Some(event), _) => Ok(Some((*event).clone())),
+                (None, Some(other)) if table.idempotency_scope() == IdempotencyScope::Table => Err(Error::Integrity {
+                    message: format!(
+                        "idempotency key {:?} is taken by an event of another tenant ({tenant_column} = {}); keys are unique across tenants in outbox table {table}",
+                        key.unwrap_or_default(),
+                        other.extra.get(tenant_column).unwrap_or(&Value::Null)
+                    ),
+                    source: "idempotency key held by another tenant".into(),
+                }),
+                _ => Ok(None),
+            }
+        })
+        .collect()
+}
+
+/// The error for a key whose conflicting row this transaction cannot see.
+fn invisible_key(params: &EventInsertParams) -> Error {
+    Error::TransactionRetry {
+        message: format!(
+            "idempotency key {:?} is taken by an event this transaction cannot see (committed after its snapshot)",
+            params.idempotency_key.as_deref().unwrap_or_default()
+        ),
+        source: "idempotency key conflict".into(),
+    }
+}
+
+/// Binds one extra value.
+fn bind_extra<'q>(
+    query: Query<'q, sqlx::Postgres, PgArguments>,
+    value: &ExtraValue,
+) -> Query<'q, sqlx::Postgres, PgArguments> {
+    match value.clone() {
+        ExtraValue::Null => query.bind(None::<String>),
+        ExtraValue::BigInt(v) => query.bind(v),
+        ExtraValue::Text(v) => query.bind(v),
+        ExtraValue::Uuid(v) => query.bind(v),
+        ExtraValue::Boolean(v) => query.bind(v),
+        ExtraValue::Timestamp(v) => query.bind(v),
+        ExtraValue::Json(v) => query.bind(v),
+    }
+}
+
+/// Binds one array of extra values of `column_type` (NULL where a value is NULL).
+fn bind_extra_array<'q, 'v>(
+    query: Query<'q, sqlx::Postgres, PgArguments>,
+    column_type: ColumnType,
+    values: impl Iterator<Item = &'v ExtraValue>,
+) -> Query<'q, sqlx::Postgres, PgArguments> {
+    macro_rules! array {
+        ($variant:ident) => {
+            query.bind(
+                values
+                    .map(|v| match v {
+                        ExtraValue::$variant(x) => Some(x.clone()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        };
+    }
+    match column_type {
+        ColumnType::BigInt => array!(BigInt),
+        ColumnType::Text => array!(Text),
+        ColumnType::Uuid => array!(Uuid),
+        ColumnType::Boolean => array!(Boolean),
+        ColumnType::Timestamp => array!(Timestamp),
+        ColumnType::Json => array!(Json),
+    }
+}
+
+/// Decodes one row of [`sql::COLUMNS`] plus the table's extra columns into an event.
+fn decode(table: &OutboxTable, row: &PgRow) -> Result<OutboxEvent> {
+    let mut extra = Map::new();
+    for column in table.columns() {
+        let name = column.name();
+        let value: ExtraValue = match column.column_type() {
+            ColumnType::BigInt => row
+                .try_get::<Option<i64>, _>(name)
+                .map_err(translate)?
+                .into(),
+            ColumnType::Text => row
+                .try_get::<Option<String>, _>(name)
+                .map_err(translate)?
+                .into(),
+            ColumnType::Uuid => row
+                .try_get::<Option<Uuid>, _>(name)
+                .map_err(translate)?
+                .into(),
+            ColumnType::Boolean => row
+                .try_get::<Option<bool>, _>(name)
+                .map_err(translate)?
+                .into(),
+            ColumnType::Timestamp => row
+                .try_get::<Option<DateTime<Utc>>, _>(name)
+                .map_err(translate)?
+                .into(),
+            ColumnType::Json => row
+                .try_get::<Option<Value>, _>(name)
+                .map_err(translate)?
+                .into(),
+        };
+        extra.insert(name.to_owned(), value.to_json());
+    }
     let headers = match row.try_get::<Value, _>("headers").map_err(translate)? {
         Value::Object(map) => map,
         Value::Null => Map::new(),
@@ -308,5 +592,6 @@ fn decode(row: &PgRow) -> Result<OutboxEvent> {
         leased_by: row.try_get("leased_by").map_err(translate)?,
         published_at: row.try_get("published_at").map_err(translate)?,
         dead_lettered_at: row.try_get("dead_lettered_at").map_err(translate)?,
+        extra,
     })
 }

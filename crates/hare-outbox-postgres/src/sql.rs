@@ -1,6 +1,6 @@
 //! The SQL text of the backend, from `queries/*.sql`, rendered for one table.
 
-use hare_outbox_core::OutboxTable;
+use hare_outbox_core::{ColumnType, IdempotencyScope, OutboxTable};
 
 /// The columns every statement returns, in this order.
 pub(crate) const COLUMNS: &[&str] = &[
@@ -24,7 +24,8 @@ pub(crate) const COLUMNS: &[&str] = &[
 /// Every statement, rendered for one table.
 pub(crate) struct Statements {
     pub(crate) schema: String,
-    pub(crate) event_insert: String,
+    event_insert: String,
+    event_insert_many: String,
     pub(crate) event_get: String,
     pub(crate) event_get_by_idempotency_key: String,
     pub(crate) event_lease: String,
@@ -53,15 +54,50 @@ pub(crate) fn quoted_table(table: &OutboxTable) -> String {
 impl Statements {
     pub(crate) fn new(table: &OutboxTable) -> Self {
         let quoted = quoted_table(table);
-        let columns = COLUMNS.join(", ");
-        let t_columns = COLUMNS
+        let all: Vec<String> = COLUMNS
+            .iter()
+            .map(|c| (*c).to_owned())
+            .chain(table.columns().iter().map(|c| quote_ident(c.name())))
+            .collect();
+        let columns = all.join(", ");
+        let t_columns = all
             .iter()
             .map(|c| format!("t.{c}"))
             .collect::<Vec<_>>()
             .join(", ");
+        let extra_column_defs: String = table
+            .columns()
+            .iter()
+            .map(|c| format!(",\n    {}", column_def(c)))
+            .collect();
+        let extra_column_alters: String = table
+            .columns()
+            .iter()
+            .map(|c| {
+                format!(
+                    "\nALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {};",
+                    column_def(c)
+                )
+            })
+            .collect();
+        let idempotency_constraint = match table.idempotency_scope() {
+            IdempotencyScope::Table => format!(
+                ",\n    CONSTRAINT {} UNIQUE (idempotency_key)",
+                quote_ident(&format!("{}_idempotency_key_key", table.name()))
+            ),
+            IdempotencyScope::PerTenant => format!(
+                ",\n    CONSTRAINT {} UNIQUE ({}, idempotency_key)",
+                quote_ident(&format!("{}_tenant_idempotency_key_key", table.name())),
+                quote_ident(table.tenant_column().unwrap_or_default())
+            ),
+            IdempotencyScope::None => String::new(),
+        };
         // The table name is validated to [A-Za-z0-9_], so it is safe inside a quoted index name.
         let render = |sql: &str| {
-            sql.replace("{table}", &quoted)
+            sql.replace("{extra_column_defs}", &extra_column_defs)
+                .replace("{extra_column_alters}", &extra_column_alters)
+                .replace("{idempotency_constraint}", &idempotency_constraint)
+                .replace("{table}", &quoted)
                 .replace("{prefix}", table.name())
                 .replace("{columns}", &columns)
                 .replace("{t_columns}", &t_columns)
@@ -77,6 +113,7 @@ impl Statements {
         Statements {
             schema,
             event_insert: render(include_str!("../queries/event_insert.sql")),
+            event_insert_many: render(include_str!("../queries/event_insert_many.sql")),
             event_get: render(include_str!("../queries/event_get.sql")),
             event_get_by_idempotency_key: render(include_str!(
                 "../queries/event_get_by_idempotency_key.sql"
@@ -94,6 +131,101 @@ impl Statements {
             )),
             backlog: render(include_str!("../queries/backlog.sql")),
         }
+    }
+}
+
+/// The column definition of an extra column.
+fn column_def(column: &hare_outbox_core::ExtraColumn) -> String {
+    let mut def = format!(
+        "{} {}",
+        quote_ident(column.name()),
+        sql_type(column.column_type())
+    );
+    if column.is_not_null() {
+        def.push_str(" NOT NULL");
+    }
+    if let Some((table, referenced)) = column.referenced() {
+        let table: Vec<String> = table.split('.').map(quote_ident).collect();
+        def.push_str(&format!(
+            " REFERENCES {} ({}) ON DELETE CASCADE",
+            table.join("."),
+            quote_ident(referenced)
+        ));
+    }
+    def
+}
+
+/// The PostgreSQL type of a portable column type.
+pub(crate) fn sql_type(column_type: ColumnType) -> &'static str {
+    match column_type {
+        ColumnType::BigInt => "BIGINT",
+        ColumnType::Text => "TEXT",
+        ColumnType::Uuid => "UUID",
+        ColumnType::Boolean => "BOOLEAN",
+        ColumnType::Timestamp => "TIMESTAMPTZ",
+        ColumnType::Json => "JSONB",
+    }
+}
+
+/// `ON CONFLICT` for the table's idempotency scope ("" when keys have no unique constraint).
+fn on_conflict(table: &OutboxTable) -> String {
+    match table.idempotency_scope() {
+        IdempotencyScope::Table => "ON CONFLICT (idempotency_key) DO NOTHING".to_owned(),
+        IdempotencyScope::PerTenant => format!(
+            "ON CONFLICT ({}, idempotency_key) DO NOTHING",
+            quote_ident(table.tenant_column().unwrap_or_default())
+        ),
+        IdempotencyScope::None => String::new(),
+    }
+}
+
+/// The base columns an insert writes, then the extra columns named.
+fn insert_columns(extra: &[&str]) -> String {
+    [
+        "id",
+        "topic",
+        "payload",
+        "headers",
+        "ordering_key",
+        "idempotency_key",
+    ]
+    .iter()
+    .map(|c| (*c).to_owned())
+    .chain(extra.iter().map(|c| quote_ident(c)))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+impl Statements {
+    /// The single-row insert for a message setting the `extra` columns.
+    pub(crate) fn event_insert(&self, table: &OutboxTable, extra: &[&str]) -> String {
+        let values: Vec<String> = (1..=6 + extra.len()).map(|i| format!("${i}")).collect();
+        self.event_insert
+            .replace("{insert_columns}", &insert_columns(extra))
+            .replace("{insert_values}", &values.join(", "))
+            .replace("{on_conflict}", &on_conflict(table))
+    }
+
+    /// The multi-row insert of one run of messages setting the `extra` columns.
+    pub(crate) fn event_insert_many(&self, table: &OutboxTable, extra: &[&str]) -> String {
+        let mut args = vec![
+            "$1::uuid[]".to_owned(),
+            "$2::text[]".to_owned(),
+            "$3::jsonb[]".to_owned(),
+            "$4::jsonb[]".to_owned(),
+            "$5::text[]".to_owned(),
+            "$6::text[]".to_owned(),
+        ];
+        for (i, name) in extra.iter().enumerate() {
+            let column_type = table
+                .column(name)
+                .map_or(ColumnType::Text, |c| c.column_type());
+            args.push(format!("${}::{}[]", 7 + i, sql_type(column_type)));
+        }
+        self.event_insert_many
+            .replace("{insert_columns}", &insert_columns(extra))
+            .replace("{unnest_args}", &args.join(", "))
+            .replace("{on_conflict}", &on_conflict(table))
     }
 }
 

@@ -6,6 +6,11 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
+pub mod encoding;
+
+use crate::extra::{ExtraValue, OWNED_COLUMNS};
+use encoding::encode;
+
 /// Longest topic, ordering key or idempotency key, in characters (seed 001 § Модель outbox).
 pub const MAX_KEY_CHARS: usize = 255;
 
@@ -30,27 +35,47 @@ pub struct OutboxMessage {
     pub(crate) topic: String,
     pub(crate) payload: std::result::Result<Value, String>,
     pub(crate) headers: Map<String, Value>,
-    pub(crate) header_error: Option<String>,
+    /// The first refused header: its field (`headers.<name>`) and the message.
+    pub(crate) header_error: Option<(String, String)>,
     pub(crate) ordering_key: Option<String>,
     pub(crate) idempotency_key: Option<String>,
+    pub(crate) extra: Vec<(String, ExtraValue)>,
 }
 
 impl OutboxMessage {
-    /// A message on `topic` carrying `payload`, any `serde::Serialize` value.
+    /// A message on `topic` carrying `payload`, any `serde::Serialize` value, encoded by
+    /// [`encoding::encode`] (decimals as exact text, times as ISO 8601, durations as seconds, bytes
+    /// as base64: the table in [`encoding`]).
     ///
-    /// A payload without a JSON form (a map with non-string keys, a failing `Serialize`) and a float
-    /// NaN or ±infinity at any depth are kept as an error that [`validate`](Self::validate) (and so
-    /// enqueue) reports as [`Error::Validation`] on field `payload`.
+    /// A payload without a JSON form (a float NaN or ±infinity at any depth, an integer beyond 64
+    /// bits, a map key that is not text-like, a failing `Serialize`) is kept as an error that
+    /// [`validate`](Self::validate) (and so enqueue) reports as [`Error::Validation`] on field
+    /// `payload`, its message starting with the JSON path (`$.lines[2].price: …`).
     pub fn new(topic: impl Into<String>, payload: impl Serialize) -> Self {
         OutboxMessage {
             id: None,
             topic: topic.into(),
-            payload: to_json(&payload),
+            payload: encode(&payload).map_err(|e| e.to_string()),
             headers: Map::new(),
             header_error: None,
             ordering_key: None,
             idempotency_key: None,
+            extra: Vec::new(),
         }
+    }
+
+    /// Sets an extra column of the outbox table (tenant, foreign key, …) to a typed value
+    /// (seed 001 § Колонки подкласса: extra_field_values=). Setting a column twice keeps the last
+    /// value. Enqueue refuses a column the table does not declare, a value of the wrong type and
+    /// the columns enqueue and the relay own ([`OWNED_COLUMNS`](crate::extra::OWNED_COLUMNS)).
+    pub fn extra(mut self, column: impl Into<String>, value: impl Into<ExtraValue>) -> Self {
+        let column = column.into();
+        let value = value.into();
+        match self.extra.iter_mut().find(|(c, _)| *c == column) {
+            Some(slot) => slot.1 = value,
+            None => self.extra.push((column, value)),
+        }
+        self
     }
 
     /// Events with the same ordering key are delivered strictly in `sequence` order. 1 to 255
@@ -67,17 +92,26 @@ impl OutboxMessage {
         self
     }
 
-    /// Adds a header. The name must be non-empty; the value any `serde::Serialize` value (strings
-    /// are sent as they are, other values as JSON text).
+    /// Adds a header. The name must be non-empty; the value any `serde::Serialize` value, encoded
+    /// like the payload by [`encoding::encode`] (strings are sent as they are, other values as JSON
+    /// text).
+    ///
+    /// A value without a JSON form makes [`validate`](Self::validate) report
+    /// [`Error::Validation`] on field `headers.<name>` (`headers."x-a"` for a name that is not a
+    /// plain identifier); the first refused header is the one reported.
     pub fn header(mut self, name: impl Into<String>, value: impl Serialize) -> Self {
         let name = name.into();
-        match to_json(&value) {
+        match encode(&value) {
             Ok(value) => {
                 self.headers.insert(name, value);
             }
-            Err(message) => {
-                self.header_error
-                    .get_or_insert(format!("header {name:?}: {message}"));
+            Err(e) => {
+                self.header_error.get_or_insert_with(|| {
+                    (
+                        format!("headers{}", encoding::key_step(&name)),
+                        e.to_string(),
+                    )
+                });
             }
         }
         self
@@ -100,7 +134,8 @@ impl OutboxMessage {
     /// # Errors
     /// [`Error::Validation`] for an empty or over-255-character topic, ordering key or idempotency
     /// key, an empty header name, a payload or header value without a JSON form (NaN and ±infinity
-    /// included), an explicit id that is not a UUID v7.
+    /// included), an explicit id that is not a UUID v7, an extra value for a column enqueue or the
+    /// relay owns.
     pub fn validate(&self) -> Result<()> {
         check_key("topic", &self.topic)?;
         if let Some(key) = &self.ordering_key {
@@ -112,13 +147,25 @@ impl OutboxMessage {
         if let Err(message) = &self.payload {
             return Err(Error::validation("payload", message.clone()));
         }
-        if let Some(message) = &self.header_error {
-            return Err(Error::validation("headers", message.clone()));
+        if let Some((field, message)) = &self.header_error {
+            return Err(Error::validation(field.clone(), message.clone()));
         }
         if self.headers.keys().any(|name| name.trim().is_empty()) {
             return Err(Error::validation(
                 "headers",
                 "a header name is empty; names must be non-empty text",
+            ));
+        }
+        if let Some((column, _)) = self
+            .extra
+            .iter()
+            .find(|(c, _)| OWNED_COLUMNS.contains(&c.as_str()))
+        {
+            return Err(Error::validation(
+                format!("extra.{column}"),
+                format!(
+                    "{column:?} is set by enqueue or the relay and cannot be given as an extra value"
+                ),
             ));
         }
         if let Some(id) = self.id
@@ -159,30 +206,6 @@ fn check_key(field: &str, value: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// Serializes `value` to JSON, refusing non-finite floats at any depth (serde_json would write
-/// `null` for them).
-fn to_json(value: &impl Serialize) -> std::result::Result<Value, String> {
-    let json = serde_json::to_value(value).map_err(|e| format!("has no JSON form: {e}"))?;
-    // serde_json turns NaN and infinities into Null; detect them by serializing through a checker.
-    if let Some(path) = non_finite_path(value) {
-        return Err(format!(
-            "{path} is NaN or infinite; JSON has no number for it"
-        ));
-    }
-    Ok(json)
-}
-
-/// Walks the value with a serializer that only looks for non-finite floats.
-fn non_finite_path(value: &impl Serialize) -> Option<String> {
-    let mut finder = finite::Finder::default();
-    match value.serialize(&mut finder) {
-        Ok(()) => None,
-        Err(finite::Found(path)) => Some(path),
-    }
-}
-
-mod finite;
 
 #[cfg(test)]
 mod tests {
@@ -262,8 +285,71 @@ mod tests {
             .header("h", f64::INFINITY)
             .validate()
             .unwrap_err();
-        assert_eq!(field_of(e), "headers");
+        assert_eq!(field_of(e), "headers.h");
         assert!(OutboxMessage::new("t", 1.5f64).validate().is_ok());
+    }
+
+    #[test]
+    fn payload_errors_name_the_json_path() {
+        #[derive(serde::Serialize)]
+        struct Line {
+            qty: u32,
+            prices: Vec<f64>,
+        }
+        let lines = vec![
+            Line {
+                qty: 1,
+                prices: vec![1.0],
+            },
+            Line {
+                qty: 2,
+                prices: vec![2.0, f64::NEG_INFINITY],
+            },
+        ];
+        match OutboxMessage::new("t", &lines).validate().unwrap_err() {
+            Error::Validation { field, message } => {
+                assert_eq!(field, "payload");
+                assert_eq!(
+                    message,
+                    "$[1].prices[1]: -inf has no JSON number; only finite floats are allowed"
+                );
+            }
+            other => panic!("expected validation error, got {other:?}"),
+        }
+        assert!(
+            OutboxMessage::new("t", json!({"a": [1.0, 2.5]}))
+                .validate()
+                .is_ok()
+        );
+        let e = OutboxMessage::new("t", f32::NAN).validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid payload: $: NaN has no JSON number; only finite floats are allowed"
+        );
+    }
+
+    #[test]
+    fn nan_in_a_header_value_names_the_header() {
+        let mut nested = BTreeMap::new();
+        nested.insert("limits", vec![1.0, f64::NAN]);
+        let message = OutboxMessage::new("t", json!(1))
+            .header("author", "admin")
+            .header("x-rate", &nested)
+            .header("later", f32::INFINITY);
+        assert_eq!(message.headers.get("author"), Some(&json!("admin")));
+        match message.validate().unwrap_err() {
+            Error::Validation { field, message } => {
+                assert_eq!(field, r#"headers."x-rate""#);
+                assert!(message.starts_with("$.limits[1]: NaN"), "{message}");
+            }
+            other => panic!("expected validation error, got {other:?}"),
+        }
+        let e = OutboxMessage::new("t", json!(1))
+            .header("retry_after", std::time::Duration::from_millis(1500))
+            .header("at", chrono::DateTime::UNIX_EPOCH);
+        assert!(e.validate().is_ok());
+        assert_eq!(e.headers.get("retry_after"), Some(&json!(1.5)));
+        assert_eq!(e.headers.get("at"), Some(&json!("1970-01-01T00:00:00Z")));
     }
 
     #[test]
@@ -271,6 +357,7 @@ mod tests {
         let mut m = BTreeMap::new();
         m.insert(vec![1u8], 1);
         let e = OutboxMessage::new("t", &m).validate().unwrap_err();
+        assert!(e.to_string().contains("$: a map key is a sequence"), "{e}");
         assert_eq!(field_of(e), "payload");
     }
 

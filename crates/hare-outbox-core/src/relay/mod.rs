@@ -27,6 +27,7 @@ use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
 use crate::outbox::Outbox;
 use crate::topic::TopicFilter;
+use crate::wakeup::WakeupSubscription;
 use uuid::Uuid;
 
 /// What one poll did.
@@ -340,6 +341,16 @@ impl<B: Backend> Inner<B> {
         let config = &self.config;
         let mut storage_errors: i32 = 0;
         let mut next_backlog = tokio::time::Instant::now();
+        let mut subscription = match self.outbox.wakeup() {
+            Some(wakeup) => match wakeup.subscribe().await {
+                Ok(subscription) => Some(subscription),
+                Err(error) => {
+                    tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, "wake-up subscription failed; polling only");
+                    None
+                }
+            },
+            None => None,
+        };
         tracing::info!(relay = %config.name, table = %self.outbox.table(), "relay started");
         while !shutdown.is_cancelled() {
             if !config.backlog_interval.is_zero() && tokio::time::Instant::now() >= next_backlog {
@@ -369,9 +380,18 @@ impl<B: Backend> Inner<B> {
                     wait
                 }
             };
+            // After a storage error only the backoff counts; otherwise a signal for one of this
+            // relay's topics cuts the wait short.
+            let wakeable = storage_errors == 0;
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
+                open = next_signal(subscription.as_mut(), &self.topics), if wakeable => {
+                    if !open {
+                        tracing::warn!(relay = %config.name, "wake-up closed; polling only");
+                        subscription = None;
+                    }
+                }
             }
         }
         if let Err(error) = self.delivery.close().await {
@@ -587,6 +607,22 @@ impl<B: Backend> Inner<B> {
                 }
                 Err(error) => return Err(error),
             }
+        }
+    }
+}
+
+/// Waits for a signal naming one of `topics` (or a "missed signals" notice); `false` when the
+/// wake-up closed. Without a subscription it never completes.
+async fn next_signal(subscription: Option<&mut WakeupSubscription>, topics: &TopicFilter) -> bool {
+    let Some(subscription) = subscription else {
+        return std::future::pending().await;
+    };
+    loop {
+        match subscription.recv().await {
+            None => return false,
+            Some(None) => return true,
+            Some(Some(signal)) if signal.iter().any(|t| topics.matches(t)) => return true,
+            Some(Some(_)) => {}
         }
     }
 }

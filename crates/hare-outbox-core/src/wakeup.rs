@@ -1,0 +1,162 @@
+//! Wake-ups: a signal after commit tells relays to poll now instead of waiting for the poll
+//! interval (seed 001 § Будильники). A wake-up is a hint: a lost signal only delays delivery until
+//! the next poll.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::error::Result;
+
+/// The topics one signal names.
+pub type Topics = Arc<[String]>;
+
+/// Sends and receives wake-up signals. One object serves both sides: the outbox signals after a
+/// commit, relays subscribe.
+#[async_trait]
+pub trait Wakeup: Send + Sync + 'static {
+    /// Sends one signal naming `topics`. Called after the writing transaction committed; never for
+    /// a rollback.
+    ///
+    /// # Errors
+    /// A transport error; callers log it and go on (polling delivers anyway).
+    async fn signal(&self, topics: &[String]) -> Result<()>;
+
+    /// Subscribes to every signal sent from now on.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) or a transport error; the relay then
+    /// only polls.
+    async fn subscribe(&self) -> Result<WakeupSubscription>;
+
+    /// Releases what `signal` and `subscribe` opened. Defaults to nothing.
+    ///
+    /// # Errors
+    /// A transport error while closing.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Refuses a backend this wake-up cannot signal on (e.g. LISTEN/NOTIFY on SQLite), before
+    /// anything is written. Defaults to accepting every backend.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`](crate::Error::Configuration) naming the backend.
+    fn check_supported(&self, backend: &str) -> Result<()> {
+        let _ = backend;
+        Ok(())
+    }
+}
+
+/// A stream of signals for one subscriber.
+pub struct WakeupSubscription {
+    rx: broadcast::Receiver<Topics>,
+}
+
+impl WakeupSubscription {
+    /// Wraps a broadcast receiver fed by the wake-up's transport.
+    pub fn new(rx: broadcast::Receiver<Topics>) -> Self {
+        WakeupSubscription { rx }
+    }
+
+    /// Waits for the next signal. `Some(None)` means signals were missed (the subscriber lagged):
+    /// treat it as naming every topic. `None` means the wake-up closed.
+    pub async fn recv(&mut self) -> Option<Option<Topics>> {
+        match self.rx.recv().await {
+            Ok(topics) => Some(Some(topics)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(None),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+/// Relays of this process, woken right after a commit — also for a write from another thread or
+/// runtime. Cheap to clone; clones share the channel.
+#[derive(Debug, Clone)]
+pub struct InProcessWakeup {
+    tx: broadcast::Sender<Topics>,
+}
+
+impl Default for InProcessWakeup {
+    fn default() -> Self {
+        InProcessWakeup::new()
+    }
+}
+
+impl InProcessWakeup {
+    /// A new channel (1024 signals of buffer per subscriber; a slower subscriber sees one
+    /// "missed signals" wake-up instead).
+    pub fn new() -> Self {
+        InProcessWakeup {
+            tx: broadcast::channel(1024).0,
+        }
+    }
+}
+
+#[async_trait]
+impl Wakeup for InProcessWakeup {
+    async fn signal(&self, topics: &[String]) -> Result<()> {
+        // No subscriber is not an error: nobody is waiting.
+        let _ = self.tx.send(topics.to_vec().into());
+        Ok(())
+    }
+
+    async fn subscribe(&self) -> Result<WakeupSubscription> {
+        Ok(WakeupSubscription::new(self.tx.subscribe()))
+    }
+}
+
+/// Topics written by one transaction, coalesced: one entry per topic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingSignals {
+    topics: BTreeSet<String>,
+}
+
+impl PendingSignals {
+    /// Records `topic`.
+    pub fn add(&mut self, topic: &str) {
+        if !self.topics.contains(topic) {
+            self.topics.insert(topic.to_owned());
+        }
+    }
+
+    /// The coalesced topics, sorted.
+    pub fn topics(&self) -> Vec<String> {
+        self.topics.iter().cloned().collect()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.topics.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn in_process_signals_reach_every_subscriber() {
+        let wakeup = InProcessWakeup::new();
+        let mut a = wakeup.subscribe().await.unwrap();
+        let mut b = wakeup.clone().subscribe().await.unwrap();
+        wakeup
+            .signal(&["x".to_owned(), "y".to_owned()])
+            .await
+            .unwrap();
+        let got = a.recv().await.unwrap().unwrap();
+        assert_eq!(&*got, ["x".to_owned(), "y".to_owned()]);
+        assert!(b.recv().await.unwrap().is_some());
+    }
+
+    #[test]
+    fn pending_signals_coalesce_per_topic() {
+        let mut p = PendingSignals::default();
+        for t in ["b", "a", "b", "a", "c"] {
+            p.add(t);
+        }
+        assert_eq!(p.topics(), ["a", "b", "c"]);
+    }
+}
