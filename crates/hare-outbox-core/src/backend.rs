@@ -35,12 +35,22 @@ pub struct EventInsertParams {
     /// Values of extra columns, checked against the table by the core; columns not named here are
     /// left to their default (NULL).
     pub extra: Vec<(String, ExtraValue)>,
+    /// A channel to notify with the topic inside the writing transaction, when the wake-up rides
+    /// the transaction ([`Wakeup::in_transaction_channel`](crate::Wakeup::in_transaction_channel)).
+    /// Backends without in-transaction signals ignore it.
+    pub notify_channel: Option<String>,
 }
 
 impl EventInsertParams {
     /// Sets the extra column values.
     pub fn with_extra(mut self, extra: Vec<(String, ExtraValue)>) -> Self {
         self.extra = extra;
+        self
+    }
+
+    /// Sets the in-transaction notification channel.
+    pub fn with_notify_channel(mut self, channel: Option<String>) -> Self {
+        self.notify_channel = channel;
         self
     }
 
@@ -217,6 +227,7 @@ impl EventInsertParams {
             ordering_key,
             idempotency_key,
             extra: Vec::new(),
+            notify_channel: None,
         }
     }
 }

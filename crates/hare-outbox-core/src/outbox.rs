@@ -274,7 +274,12 @@ impl<B: Backend> Outbox<B> {
             ordering_key,
             idempotency_key,
         )
-        .with_extra(extra))
+        .with_extra(extra)
+        .with_notify_channel(
+            self.wakeup
+                .as_ref()
+                .and_then(|w| w.in_transaction_channel().map(str::to_owned)),
+        ))
     }
 }
 
@@ -369,7 +374,9 @@ impl<B: Backend> OutboxTransaction<B> {
             signals,
         } = self;
         outbox.backend.commit(tx).await?;
+        // A wake-up that rides the transaction (NOTIFY) was already delivered by the commit.
         if let Some(wakeup) = outbox.wakeup.as_ref()
+            && wakeup.in_transaction_channel().is_none()
             && !signals.is_empty()
             && let Err(error) = wakeup.signal(&signals.topics()).await
         {

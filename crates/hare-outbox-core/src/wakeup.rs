@@ -10,7 +10,8 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 
-/// The topics one signal names.
+/// The topics one signal names. An empty list means "poll now, whatever the topic" (sent after a
+/// reconnect that may have lost signals).
 pub type Topics = Arc<[String]>;
 
 /// Sends and receives wake-up signals. One object serves both sides: the outbox signals after a
@@ -37,6 +38,13 @@ pub trait Wakeup: Send + Sync + 'static {
     /// A transport error while closing.
     async fn close(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// The channel to notify inside the writing transaction, for wake-ups that ride the database
+    /// transaction (PostgreSQL NOTIFY delivered at commit). `None` (the default): the outbox
+    /// signals after commit through [`Wakeup::signal`] instead.
+    fn in_transaction_channel(&self) -> Option<&str> {
+        None
     }
 
     /// Refuses a backend this wake-up cannot signal on (e.g. LISTEN/NOTIFY on SQLite), before

@@ -25,6 +25,7 @@
 mod capture;
 mod error;
 mod sql;
+mod wakeup;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -47,6 +48,7 @@ use uuid::Uuid;
 
 pub use error::translate;
 use sql::Statements;
+pub use wakeup::{DEFAULT_CHANNEL, ListenNotifyWakeup, MAX_LISTEN_FAILURES, NotifyMode};
 
 /// The PostgreSQL backend: a pool for the relay's statements; enqueue uses the caller's
 /// connection (`&mut PgConnection`, e.g. `&mut *tx`).
@@ -129,8 +131,15 @@ impl Backend for PgBackend {
         }
         let inserted = query.fetch_optional(&mut *conn).await.map_err(translate)?;
         if let Some(row) = inserted {
+            let event = decode(table, &row)?;
+            notify_in_transaction(
+                conn,
+                params.notify_channel.as_deref(),
+                std::slice::from_ref(&event.topic),
+            )
+            .await?;
             return Ok(Inserted {
-                event: decode(table, &row)?,
+                event,
                 created: true,
             });
         }
@@ -225,6 +234,19 @@ impl Backend for PgBackend {
                 });
             }
         }
+        let created: std::collections::BTreeSet<String> = results
+            .iter()
+            .flatten()
+            .filter(|i| i.created)
+            .map(|i| i.event.topic.clone())
+            .collect();
+        let channel = params.first().and_then(|p| p.notify_channel.as_deref());
+        notify_in_transaction(
+            &mut savepoint,
+            channel,
+            &created.into_iter().collect::<Vec<_>>(),
+        )
+        .await?;
         savepoint.commit().await.map_err(translate)?;
         results
             .into_iter()
@@ -477,6 +499,28 @@ async fn stored_by_keys(
             }
         })
         .collect()
+}
+
+/// NOTIFY inside the writing transaction (delivered by PostgreSQL at commit, never for a
+/// rollback), one per topic; PostgreSQL folds repeats of one payload in a transaction into one.
+async fn notify_in_transaction(
+    conn: &mut PgConnection,
+    channel: Option<&str>,
+    topics: &[String],
+) -> Result<()> {
+    let Some(channel) = channel else {
+        return Ok(());
+    };
+    if topics.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(include_str!("../queries/wakeup_notify.sql"))
+        .bind(channel)
+        .bind(topics)
+        .execute(&mut *conn)
+        .await
+        .map_err(translate)?;
+    Ok(())
 }
 
 /// The error for a key whose conflicting row this transaction cannot see.

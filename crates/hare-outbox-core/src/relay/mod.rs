@@ -621,7 +621,10 @@ async fn next_signal(subscription: Option<&mut WakeupSubscription>, topics: &Top
         match subscription.recv().await {
             None => return false,
             Some(None) => return true,
-            Some(Some(signal)) if signal.iter().any(|t| topics.matches(t)) => return true,
+            // An empty signal means "poll now" (e.g. after a reconnect that may have lost signals).
+            Some(Some(signal)) if signal.is_empty() || signal.iter().any(|t| topics.matches(t)) => {
+                return true;
+            }
             Some(Some(_)) => {}
         }
     }
