@@ -1,0 +1,243 @@
+//! Wake-up benchmarks on PostgreSQL, in one run:
+//!
+//! 1. writer throughput: 16 concurrent writers, each transaction one business UPDATE plus one
+//!    enqueue, with no wake-up, with NOTIFY inside each transaction, and with the coalesced
+//!    after-commit notifier;
+//! 2. latency commit → delivered (Rust-function delivery, poll interval 5 s) at 100 and 1,000
+//!    events/s for the in-process and the LISTEN/NOTIFY wake-ups; p50 and p99.
+//!
+//! ```text
+//! cargo run --release -p hare-outbox-bench --bin wakeup
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use hare_outbox::postgres::{ListenNotifyWakeup, NotifyMode, PgBackend};
+use hare_outbox::{FnDelivery, InProcessWakeup, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig};
+use serde_json::json;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+#[derive(Parser)]
+struct Cli {
+    /// PostgreSQL server; a scratch schema is created and dropped.
+    #[arg(long, env = "HARE_OUTBOX_BENCH_PG_URL", default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    database_url: String,
+    /// Concurrent writers for the throughput part.
+    #[arg(long, default_value_t = 16)]
+    writers: usize,
+    /// Seconds each throughput mode runs.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Seconds each latency cell runs.
+    #[arg(long, default_value_t = 5.0)]
+    latency_seconds: f64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    None,
+    InProcess,
+    NotifyInTransaction,
+    NotifyAfterCommit,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::None => "no wake-up",
+            Kind::InProcess => "in-process",
+            Kind::NotifyInTransaction => "NOTIFY in the transaction",
+            Kind::NotifyAfterCommit => "NOTIFY after commit, coalesced",
+        }
+    }
+}
+
+async fn scratch(url: &str, connections: u32) -> Result<(PgPool, String)> {
+    let schema = format!("hare_bench_{:08x}", uuid::Uuid::new_v4().as_u128() as u32);
+    let admin = PgPoolOptions::new().max_connections(1).connect(url).await.context("connecting")?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\""))).execute(&admin).await?;
+    admin.close().await;
+    let path = schema.clone();
+    let pool = PgPoolOptions::new()
+        .max_connections(connections)
+        .after_connect(move |conn, _| {
+            let sql = format!("SET search_path TO \"{path}\"");
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(conn).await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await?;
+    Ok((pool, schema))
+}
+
+fn outbox(pool: &PgPool, name: &str, kind: Kind, channel: &str) -> Result<Outbox<PgBackend>> {
+    let outbox = Outbox::new(PgBackend::new(pool.clone()), OutboxTable::parse(name)?);
+    Ok(match kind {
+        Kind::None => outbox,
+        Kind::InProcess => outbox.with_wakeup(InProcessWakeup::new())?,
+        Kind::NotifyInTransaction => outbox.with_wakeup(
+            ListenNotifyWakeup::new(pool.clone()).with_channel(channel)?.with_mode(NotifyMode::InTransaction),
+        )?,
+        Kind::NotifyAfterCommit => outbox.with_wakeup(ListenNotifyWakeup::new(pool.clone()).with_channel(channel)?)?,
+    })
+}
+
+/// One writer transaction: a business UPDATE and one event, through the wrapper that signals
+/// after commit (it sends nothing for wake-ups that ride the transaction or when there is none).
+async fn write_one(outbox: &Outbox<PgBackend>, writer: usize, n: u64) -> Result<()> {
+    let mut tx = outbox.begin().await?;
+    sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = $1")
+        .bind(writer as i64)
+        .execute(&mut *tx)
+        .await?;
+    tx.enqueue(OutboxMessage::new("accounts.updated", json!({"id": writer, "n": n})).ordering_key(format!("account:{writer}")))
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn throughput(cli: &Cli) -> Result<()> {
+    println!("writer throughput: {} writers, {:.0} s per mode, one UPDATE + one enqueue per transaction", cli.writers, cli.seconds);
+    println!("{:<34} {:>12} {:>12}", "mode", "tx/s", "× none");
+    let mut base = None;
+    for kind in [Kind::None, Kind::NotifyInTransaction, Kind::NotifyAfterCommit] {
+        let (pool, schema) = scratch(&cli.database_url, cli.writers as u32 + 4).await?;
+        sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)").execute(&pool).await?;
+        sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g").execute(&pool).await?;
+        let outbox = outbox(&pool, "outbox", kind, &schema)?;
+        outbox.migrate().await?;
+        // A listener is connected, as in production.
+        let _subscription = match outbox.wakeup() {
+            Some(w) => Some(w.subscribe().await?),
+            None => None,
+        };
+        let done = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + Duration::from_secs_f64(cli.seconds);
+        let mut tasks = Vec::new();
+        for writer in 0..cli.writers {
+            let (outbox, done) = (outbox.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    write_one(&outbox, writer, n).await?;
+                    n += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        let rate = done.load(Ordering::Relaxed) as f64 / cli.seconds;
+        let base = *base.get_or_insert(rate);
+        println!("{:<34} {:>12.0} {:>12.2}", kind.label(), rate, rate / base);
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await?;
+        pool.close().await;
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn latency(cli: &Cli) -> Result<()> {
+    println!();
+    println!("latency commit → delivered, poll interval 5 s, {:.0} s per cell", cli.latency_seconds);
+    println!("{:<34} {:>8} {:>8} {:>10} {:>10}", "wake-up", "ev/s", "events", "p50 ms", "p99 ms");
+    for kind in [Kind::InProcess, Kind::NotifyAfterCommit, Kind::NotifyInTransaction] {
+        for rate in [100u64, 1000] {
+            let (pool, schema) = scratch(&cli.database_url, 12).await?;
+            sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)").execute(&pool).await?;
+            sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g").execute(&pool).await?;
+            let outbox = outbox(&pool, "outbox", kind, &schema)?;
+            outbox.migrate().await?;
+            let committed: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+            let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+            let (c, l) = (committed.clone(), latencies.clone());
+            let relay = OutboxRelay::new(
+                outbox.clone(),
+                FnDelivery::new(move |e: OutboxEvent| {
+                    let (c, l) = (c.clone(), l.clone());
+                    async move {
+                        let now = Instant::now();
+                        let n = e.payload["n"].as_i64().unwrap_or(-1);
+                        // The commit time is recorded right after COMMIT returns; a delivery can
+                        // beat that record by microseconds, which counts as 0.
+                        let at = c.lock().map(|m| m.get(&n).copied()).unwrap_or(None);
+                        if let (Some(at), Ok(mut l)) = (at, l.lock()) {
+                            l.push(now.saturating_duration_since(at).as_secs_f64() * 1000.0);
+                        }
+                        Ok(())
+                    }
+                }),
+                RelayConfig::default().with_poll_interval(Duration::from_secs(5)).with_backlog_interval(Duration::ZERO),
+            )?;
+            relay.start()?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let total = (rate as f64 * cli.latency_seconds) as i64;
+            let period = Duration::from_secs_f64(1.0 / rate as f64);
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut tasks = tokio::task::JoinSet::new();
+            for n in 0..total {
+                ticker.tick().await;
+                let (outbox, committed) = (outbox.clone(), committed.clone());
+                tasks.spawn(async move {
+                    let mut tx = outbox.begin().await?;
+                    sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = $1")
+                        .bind(n % 64)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.enqueue(OutboxMessage::new("t", json!({"n": n}))).await?;
+                    tx.commit().await?;
+                    committed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.insert(n, Instant::now());
+                    anyhow::Ok(())
+                });
+                while let Some(r) = tasks.try_join_next() {
+                    r??;
+                }
+            }
+            while let Some(r) = tasks.join_next().await {
+                r??;
+            }
+            let wait_until = Instant::now() + Duration::from_secs(15);
+            while latencies.lock().map(|l| l.len()).unwrap_or(0) < total as usize && Instant::now() < wait_until {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            relay.stop().await?;
+            let mut l = latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+            l.sort_by(f64::total_cmp);
+            println!(
+                "{:<34} {:>8} {:>8} {:>10.1} {:>10.1}",
+                kind.label(),
+                rate,
+                l.len(),
+                percentile(&l, 0.5),
+                percentile(&l, 0.99)
+            );
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await?;
+            pool.close().await;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    throughput(&cli).await?;
+    latency(&cli).await?;
+    Ok(())
+}
