@@ -78,10 +78,29 @@ enum Command {
 async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Drain { events, keys, batches, relays, fillfactors } => {
-            drain(&cli.database_url, events, keys, &batches, &relays, &fillfactors).await
+        Command::Drain {
+            events,
+            keys,
+            batches,
+            relays,
+            fillfactors,
+        } => {
+            drain(
+                &cli.database_url,
+                events,
+                keys,
+                &batches,
+                &relays,
+                &fillfactors,
+            )
+            .await
         }
-        Command::Lease { pending, keys, published, runs } => lease(&cli.database_url, pending, keys, published, runs).await,
+        Command::Lease {
+            pending,
+            keys,
+            published,
+            runs,
+        } => lease(&cli.database_url, pending, keys, published, runs).await,
     }
 }
 
@@ -125,12 +144,21 @@ impl Scratch {
 
     /// Like [`Scratch::backlog`], with a table fillfactor and `published` delivered rows written
     /// before the pending ones.
-    async fn backlog_with(&self, name: &str, events: i64, keys: i64, fillfactor: u32, published: i64) -> Result<Outbox<PgBackend>> {
+    async fn backlog_with(
+        &self,
+        name: &str,
+        events: i64,
+        keys: i64,
+        fillfactor: u32,
+        published: i64,
+    ) -> Result<Outbox<PgBackend>> {
         let outbox = Outbox::new(PgBackend::new(self.pool.clone()), OutboxTable::parse(name)?);
         outbox.migrate().await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER TABLE \"{name}\" SET (fillfactor = {fillfactor})")))
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE \"{name}\" SET (fillfactor = {fillfactor})"
+        )))
+        .execute(&self.pool)
+        .await?;
         if published > 0 {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO \"{name}\" (id, topic, payload, headers, ordering_key, published_at) \
@@ -247,11 +275,21 @@ async fn receiver() -> Result<(String, Arc<AtomicU64>)> {
     Ok((url, hits))
 }
 
-async fn drain(url: &str, events: i64, keys: i64, batches: &[usize], relays: &[usize], fillfactors: &[u32]) -> Result<()> {
+async fn drain(
+    url: &str,
+    events: i64,
+    keys: i64,
+    batches: &[usize],
+    relays: &[usize],
+    fillfactors: &[u32],
+) -> Result<()> {
     let scratch = Scratch::new(url).await?;
     println!("drain: {events} events over {keys} ordering keys per run, PostgreSQL at {url}");
     println!();
-    println!("{:<8} {:>6} {:>14} {:>14} {:>8}", "batch", "relays", "floor ev/s", "relay ev/s", "ratio");
+    println!(
+        "{:<8} {:>6} {:>14} {:>14} {:>8}",
+        "batch", "relays", "floor ev/s", "relay ev/s", "ratio"
+    );
     let mut n = 0;
     for &batch in batches {
         for &count in relays {
@@ -265,21 +303,36 @@ async fn drain(url: &str, events: i64, keys: i64, batches: &[usize], relays: &[u
             let relay_outbox = scratch.backlog(&format!("relay_{n}"), events, keys).await?;
             let start = Instant::now();
             let done = in_parallel(count, |_| {
-                relay_drain(&relay_outbox, FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }), batch)
+                relay_drain(
+                    &relay_outbox,
+                    FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }),
+                    batch,
+                )
             })
             .await?;
             let relay_rate = done as f64 / start.elapsed().as_secs_f64();
             anyhow::ensure!(done == events as u64, "relays drained {done} of {events}");
-            println!("{batch:<8} {count:>6} {floor_rate:>14.0} {relay_rate:>14.0} {:>8.2}", relay_rate / floor_rate);
+            println!(
+                "{batch:<8} {count:>6} {floor_rate:>14.0} {relay_rate:>14.0} {:>8.2}",
+                relay_rate / floor_rate
+            );
         }
     }
 
     println!();
-    println!("floor by table fillfactor (batch {}, 1 relay): HOT share = heap-only updates / all updates", batches[0]);
-    println!("{:<12} {:>14} {:>10}", "fillfactor", "floor ev/s", "HOT share");
+    println!(
+        "floor by table fillfactor (batch {}, 1 relay): HOT share = heap-only updates / all updates",
+        batches[0]
+    );
+    println!(
+        "{:<12} {:>14} {:>10}",
+        "fillfactor", "floor ev/s", "HOT share"
+    );
     for &fillfactor in fillfactors {
         let name = format!("ff_{fillfactor}");
-        let outbox = scratch.backlog_with(&name, events, keys, fillfactor, 0).await?;
+        let outbox = scratch
+            .backlog_with(&name, events, keys, fillfactor, 0)
+            .await?;
         let start = Instant::now();
         let done = floor(&outbox, batches[0]).await?;
         let rate = done as f64 / start.elapsed().as_secs_f64();
@@ -292,30 +345,57 @@ async fn drain(url: &str, events: i64, keys: i64, batches: &[usize], relays: &[u
         .bind(&name)
         .fetch_one(&scratch.pool)
         .await?;
-        println!("{fillfactor:<12} {rate:>14.0} {:>10.2}", hot as f64 / all.max(1) as f64);
+        println!(
+            "{fillfactor:<12} {rate:>14.0} {:>10.2}",
+            hot as f64 / all.max(1) as f64
+        );
     }
 
     println!();
-    println!("deliveries (batch {}, 1 relay, concurrency 10):", batches[0]);
+    println!(
+        "deliveries (batch {}, 1 relay, concurrency 10):",
+        batches[0]
+    );
     let batch = batches[0];
     let mut rows: Vec<(&str, f64)> = Vec::new();
     let outbox = scratch.backlog("noop", events, keys).await?;
     let start = Instant::now();
-    let n = relay_drain(&outbox, FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }), batch).await?;
-    rows.push(("relay, no-op delivery", n as f64 / start.elapsed().as_secs_f64()));
+    let n = relay_drain(
+        &outbox,
+        FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }),
+        batch,
+    )
+    .await?;
+    rows.push((
+        "relay, no-op delivery",
+        n as f64 / start.elapsed().as_secs_f64(),
+    ));
 
     let (hook, hits) = receiver().await?;
     let outbox = scratch.backlog("webhook", events, keys).await?;
     let start = Instant::now();
     let n = relay_drain(&outbox, WebhookDelivery::new(hook)?, batch).await?;
-    rows.push(("relay → webhook (loopback receiver)", n as f64 / start.elapsed().as_secs_f64()));
-    anyhow::ensure!(hits.load(Ordering::Relaxed) == n, "receiver saw {} of {n}", hits.load(Ordering::Relaxed));
+    rows.push((
+        "relay → webhook (loopback receiver)",
+        n as f64 / start.elapsed().as_secs_f64(),
+    ));
+    anyhow::ensure!(
+        hits.load(Ordering::Relaxed) == n,
+        "receiver saw {} of {n}",
+        hits.load(Ordering::Relaxed)
+    );
 
     let outbox = scratch.backlog("jsonl", events, keys).await?;
-    let sink = tokio::fs::OpenOptions::new().write(true).open("/dev/null").await?;
+    let sink = tokio::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .await?;
     let start = Instant::now();
     let n = relay_drain(&outbox, JsonLinesDelivery::new(sink), batch).await?;
-    rows.push(("relay → JSON lines (stdout to /dev/null)", n as f64 / start.elapsed().as_secs_f64()));
+    rows.push((
+        "relay → JSON lines (stdout to /dev/null)",
+        n as f64 / start.elapsed().as_secs_f64(),
+    ));
 
     let base = rows[0].1;
     println!("{:<46} {:>12} {:>9}", "run", "events/s", "× no-op");
@@ -340,21 +420,39 @@ where
 }
 
 const FORMULATIONS: &[(&str, &str)] = &[
-    ("NOT EXISTS (shipped)", include_str!("../sql/lease_not_exists.sql")),
-    ("DISTINCT ON heads", include_str!("../sql/lease_distinct_on.sql")),
-    ("recursive skip scan", include_str!("../sql/lease_skip_scan.sql")),
+    (
+        "NOT EXISTS (shipped)",
+        include_str!("../sql/lease_not_exists.sql"),
+    ),
+    (
+        "DISTINCT ON heads",
+        include_str!("../sql/lease_distinct_on.sql"),
+    ),
+    (
+        "recursive skip scan",
+        include_str!("../sql/lease_skip_scan.sql"),
+    ),
 ];
 
 async fn lease(url: &str, pending: i64, keys: i64, published: i64, runs: usize) -> Result<()> {
     let scratch = Scratch::new(url).await?;
-    println!("lease: {pending} pending events over {keys} keys; {published} published rows in the second table");
+    println!(
+        "lease: {pending} pending events over {keys} keys; {published} published rows in the second table"
+    );
     let started = Instant::now();
     scratch.backlog("plain", pending, keys).await?;
-    scratch.backlog_with("full", pending, keys, 100, published).await?;
-    sqlx::query("VACUUM ANALYZE \"full\"").execute(&scratch.pool).await?;
+    scratch
+        .backlog_with("full", pending, keys, 100, published)
+        .await?;
+    sqlx::query("VACUUM ANALYZE \"full\"")
+        .execute(&scratch.pool)
+        .await?;
     println!("(setup took {:.0} s)", started.elapsed().as_secs_f64());
     println!();
-    println!("{:<34} {:<22} {:>6} {:>12}", "table", "formulation", "batch", "median ms");
+    println!(
+        "{:<34} {:<22} {:>6} {:>12}",
+        "table", "formulation", "batch", "median ms"
+    );
     let mut shapes = Vec::new();
     for (table, label, heads_leased) in [
         ("plain", "1M pending", false),
@@ -373,19 +471,23 @@ async fn lease(url: &str, pending: i64, keys: i64, published: i64, runs: usize) 
         }
         for (name, sql) in FORMULATIONS {
             for batch in [100i64, 1000] {
-                let statement = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql.replace("{table}", &format!("\"{table}\"")));
+                let statement = format!(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+                    sql.replace("{table}", &format!("\"{table}\""))
+                );
                 let mut times = Vec::new();
                 let mut plan = serde_json::Value::Null;
                 for _ in 0..runs {
                     let mut tx = scratch.pool.begin().await?;
                     let now = chrono_now();
-                    let (json,): (serde_json::Value,) = sqlx::query_as(sqlx::AssertSqlSafe(statement.clone()))
-                        .bind(now)
-                        .bind(now + chrono::Duration::seconds(60))
-                        .bind("bench")
-                        .bind(batch)
-                        .fetch_one(&mut *tx)
-                        .await?;
+                    let (json,): (serde_json::Value,) =
+                        sqlx::query_as(sqlx::AssertSqlSafe(statement.clone()))
+                            .bind(now)
+                            .bind(now + chrono::Duration::seconds(60))
+                            .bind("bench")
+                            .bind(batch)
+                            .fetch_one(&mut *tx)
+                            .await?;
                     tx.rollback().await?;
                     times.push(json[0]["Execution Time"].as_f64().unwrap_or(f64::NAN));
                     plan = json[0]["Plan"].clone();
@@ -410,7 +512,11 @@ async fn lease(url: &str, pending: i64, keys: i64, published: i64, runs: usize) 
 
 /// The plan tree as indented node names with the index used, one line per node.
 fn shape(plan: &serde_json::Value, depth: usize) -> String {
-    let mut line = format!("{}{}", "  ".repeat(depth), plan["Node Type"].as_str().unwrap_or("?"));
+    let mut line = format!(
+        "{}{}",
+        "  ".repeat(depth),
+        plan["Node Type"].as_str().unwrap_or("?")
+    );
     if let Some(index) = plan["Index Name"].as_str() {
         line.push_str(&format!(" using {index}"));
     }

@@ -80,18 +80,18 @@ impl Backend for PgBackend {
     }
 
     fn schema_sql(&self, table: &OutboxTable) -> String {
-        Statements::new(table).schema
+        Statements::for_table(table).schema.clone()
     }
 
     async fn migrate(&self, table: &OutboxTable) -> Result<()> {
-        let statements = Statements::new(table);
+        let statements = Statements::for_table(table);
         let mut tx = self.pool.begin().await.map_err(translate)?;
         // Serializes concurrent migrations: CREATE … IF NOT EXISTS alone races on the catalog.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
             .execute(&mut *tx)
             .await
             .map_err(translate)?;
-        sqlx::raw_sql(AssertSqlSafe(statements.schema))
+        sqlx::raw_sql(AssertSqlSafe(statements.schema.clone()))
             .execute(&mut *tx)
             .await
             .map_err(translate)?;
@@ -116,9 +116,9 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventInsertParams,
     ) -> Result<Inserted> {
-        let statements = Statements::new(table);
+        let statements = Statements::for_table(table);
         let extra: Vec<&str> = params.extra.iter().map(|(c, _)| c.as_str()).collect();
-        let sql = statements.event_insert(table, &extra);
+        let sql = statements.insert_one(table, &extra);
         let mut query = sqlx::query(AssertSqlSafe(sql))
             .bind(params.id)
             .bind(&params.topic)
@@ -162,7 +162,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &[EventInsertParams],
     ) -> Result<Vec<Inserted>> {
-        let statements = Statements::new(table);
+        let statements = Statements::for_table(table);
         // A savepoint inside the caller's transaction (or a transaction of its own): an error
         // leaves nothing of this call behind.
         let mut savepoint = sqlx::Connection::begin(&mut *conn)
@@ -177,7 +177,7 @@ impl Backend for PgBackend {
                 .unwrap_or(params.len());
             let run = &params[start..end];
             let extra: Vec<&str> = run[0].extra.iter().map(|(c, _)| c.as_str()).collect();
-            let mut query = sqlx::query(AssertSqlSafe(statements.event_insert_many(table, &extra)))
+            let mut query = sqlx::query(AssertSqlSafe(statements.insert_many(table, &extra)))
                 .bind(run.iter().map(|p| p.id).collect::<Vec<_>>())
                 .bind(run.iter().map(|p| p.topic.clone()).collect::<Vec<_>>())
                 .bind(run.iter().map(|p| p.payload.clone()).collect::<Vec<_>>())
@@ -259,8 +259,8 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventLeaseParams,
     ) -> Result<Vec<OutboxEvent>> {
-        let statements = Statements::new(table);
-        let query = sqlx::query(AssertSqlSafe(statements.event_lease))
+        let statements = Statements::for_table(table);
+        let query = sqlx::query(AssertSqlSafe(statements.event_lease.clone()))
             .bind(params.now)
             .bind(params.lease_until)
             .bind(&params.leased_by)
@@ -282,13 +282,15 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventLeaseExtendParams,
     ) -> Result<u64> {
-        let done = sqlx::query(AssertSqlSafe(Statements::new(table).event_lease_extend))
-            .bind(&params.sequences)
-            .bind(&params.leased_by)
-            .bind(params.lease_until)
-            .execute(&self.pool)
-            .await
-            .map_err(translate)?;
+        let done = sqlx::query(AssertSqlSafe(
+            Statements::for_table(table).event_lease_extend.clone(),
+        ))
+        .bind(&params.sequences)
+        .bind(&params.leased_by)
+        .bind(params.lease_until)
+        .execute(&self.pool)
+        .await
+        .map_err(translate)?;
         Ok(done.rows_affected())
     }
 
@@ -297,12 +299,14 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventMarkDeliveredParams,
     ) -> Result<u64> {
-        let done = sqlx::query(AssertSqlSafe(Statements::new(table).event_mark_delivered))
-            .bind(&params.sequences)
-            .bind(params.now)
-            .execute(&self.pool)
-            .await
-            .map_err(translate)?;
+        let done = sqlx::query(AssertSqlSafe(
+            Statements::for_table(table).event_mark_delivered.clone(),
+        ))
+        .bind(&params.sequences)
+        .bind(params.now)
+        .execute(&self.pool)
+        .await
+        .map_err(translate)?;
         Ok(done.rows_affected())
     }
 
@@ -320,25 +324,29 @@ impl Backend for PgBackend {
             .collect();
         let next: Vec<Option<DateTime<Utc>>> = f.iter().map(|x| x.next_attempt_at).collect();
         let dead: Vec<Option<DateTime<Utc>>> = f.iter().map(|x| x.dead_lettered_at).collect();
-        let done = sqlx::query(AssertSqlSafe(Statements::new(table).event_mark_failed))
-            .bind(sequences)
-            .bind(attempts)
-            .bind(errors)
-            .bind(next)
-            .bind(dead)
-            .bind(&params.leased_by)
-            .execute(&self.pool)
-            .await
-            .map_err(translate)?;
+        let done = sqlx::query(AssertSqlSafe(
+            Statements::for_table(table).event_mark_failed.clone(),
+        ))
+        .bind(sequences)
+        .bind(attempts)
+        .bind(errors)
+        .bind(next)
+        .bind(dead)
+        .bind(&params.leased_by)
+        .execute(&self.pool)
+        .await
+        .map_err(translate)?;
         Ok(done.rows_affected())
     }
 
     async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>> {
-        let row = sqlx::query(AssertSqlSafe(Statements::new(table).event_get))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(translate)?;
+        let row = sqlx::query(AssertSqlSafe(
+            Statements::for_table(table).event_get.clone(),
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(translate)?;
         row.as_ref().map(|r| decode(table, r)).transpose()
     }
 
@@ -348,7 +356,9 @@ impl Backend for PgBackend {
         params: &EventRetryDeadLetteredParams,
     ) -> Result<u64> {
         let query = sqlx::query(AssertSqlSafe(
-            Statements::new(table).event_retry_dead_lettered,
+            Statements::for_table(table)
+                .event_retry_dead_lettered
+                .clone(),
         ))
         .bind(&params.ids);
         let done = bind_topics(query, &params.topics)
@@ -363,10 +373,10 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventDeleteFinishedParams,
     ) -> Result<u64> {
-        let statements = Statements::new(table);
+        let statements = Statements::for_table(table);
         let sql = match params.state {
-            FinishedState::Published => statements.event_delete_published,
-            FinishedState::DeadLettered => statements.event_delete_dead_lettered,
+            FinishedState::Published => statements.event_delete_published.clone(),
+            FinishedState::DeadLettered => statements.event_delete_dead_lettered.clone(),
         };
         let query = sqlx::query(AssertSqlSafe(sql))
             .bind(params.before)
@@ -379,7 +389,7 @@ impl Backend for PgBackend {
     }
 
     async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
-        let query = sqlx::query(AssertSqlSafe(Statements::new(table).backlog));
+        let query = sqlx::query(AssertSqlSafe(Statements::for_table(table).backlog.clone()));
         let row = bind_topics(query, &params.topics)
             .fetch_one(&self.pool)
             .await

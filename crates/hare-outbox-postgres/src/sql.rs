@@ -1,5 +1,8 @@
 //! The SQL text of the backend, from `queries/*.sql`, rendered for one table.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use hare_outbox_core::{ColumnType, IdempotencyScope, OutboxTable};
 
 /// The columns every statement returns, in this order.
@@ -26,17 +29,23 @@ pub(crate) struct Statements {
     pub(crate) schema: String,
     event_insert: String,
     event_insert_many: String,
-    pub(crate) event_get: String,
-    pub(crate) event_get_by_idempotency_key: String,
-    pub(crate) event_lease: String,
-    pub(crate) event_lease_extend: String,
-    pub(crate) event_mark_delivered: String,
-    pub(crate) event_mark_failed: String,
-    pub(crate) event_retry_dead_lettered: String,
-    pub(crate) event_delete_published: String,
-    pub(crate) event_delete_dead_lettered: String,
-    pub(crate) backlog: String,
+    pub(crate) event_get: Arc<str>,
+    pub(crate) event_get_by_idempotency_key: Arc<str>,
+    pub(crate) event_lease: Arc<str>,
+    pub(crate) event_lease_extend: Arc<str>,
+    pub(crate) event_mark_delivered: Arc<str>,
+    pub(crate) event_mark_failed: Arc<str>,
+    pub(crate) event_retry_dead_lettered: Arc<str>,
+    pub(crate) event_delete_published: Arc<str>,
+    pub(crate) event_delete_dead_lettered: Arc<str>,
+    pub(crate) backlog: Arc<str>,
+    /// Rendered inserts by (multi-row?, extra columns).
+    inserts: Mutex<HashMap<(bool, Vec<String>), Arc<str>>>,
 }
+
+/// Statements rendered once per table and process.
+static CACHE: LazyLock<Mutex<HashMap<OutboxTable, Arc<Statements>>>> =
+    LazyLock::new(Mutex::default);
 
 /// A quoted identifier: `"name"` with inner quotes doubled.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -52,6 +61,15 @@ pub(crate) fn quoted_table(table: &OutboxTable) -> String {
 }
 
 impl Statements {
+    /// The statements of `table`, rendered on first use and kept for the process.
+    pub(crate) fn for_table(table: &OutboxTable) -> Arc<Statements> {
+        let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .entry(table.clone())
+            .or_insert_with(|| Arc::new(Statements::new(table)))
+            .clone()
+    }
+
     pub(crate) fn new(table: &OutboxTable) -> Self {
         let quoted = quoted_table(table);
         let all: Vec<String> = COLUMNS
@@ -93,7 +111,7 @@ impl Statements {
             IdempotencyScope::None => String::new(),
         };
         // The table name is validated to [A-Za-z0-9_], so it is safe inside a quoted index name.
-        let render = |sql: &str| {
+        let render = |sql: &str| -> String {
             sql.replace("{extra_column_defs}", &extra_column_defs)
                 .replace("{extra_column_alters}", &extra_column_alters)
                 .replace("{idempotency_constraint}", &idempotency_constraint)
@@ -110,26 +128,26 @@ impl Statements {
             ));
         }
         schema.push_str(&render(include_str!("../queries/schema.sql")));
+        let r = |sql: &str| -> Arc<str> { render(sql).into() };
         Statements {
             schema,
             event_insert: render(include_str!("../queries/event_insert.sql")),
             event_insert_many: render(include_str!("../queries/event_insert_many.sql")),
-            event_get: render(include_str!("../queries/event_get.sql")),
-            event_get_by_idempotency_key: render(include_str!(
+            event_get: r(include_str!("../queries/event_get.sql")),
+            event_get_by_idempotency_key: r(include_str!(
                 "../queries/event_get_by_idempotency_key.sql"
             )),
-            event_lease: render(include_str!("../queries/event_lease.sql")),
-            event_lease_extend: render(include_str!("../queries/event_lease_extend.sql")),
-            event_mark_delivered: render(include_str!("../queries/event_mark_delivered.sql")),
-            event_mark_failed: render(include_str!("../queries/event_mark_failed.sql")),
-            event_retry_dead_lettered: render(include_str!(
-                "../queries/event_retry_dead_lettered.sql"
-            )),
-            event_delete_published: render(include_str!("../queries/event_delete_published.sql")),
-            event_delete_dead_lettered: render(include_str!(
+            event_lease: r(include_str!("../queries/event_lease.sql")),
+            event_lease_extend: r(include_str!("../queries/event_lease_extend.sql")),
+            event_mark_delivered: r(include_str!("../queries/event_mark_delivered.sql")),
+            event_mark_failed: r(include_str!("../queries/event_mark_failed.sql")),
+            event_retry_dead_lettered: r(include_str!("../queries/event_retry_dead_lettered.sql")),
+            event_delete_published: r(include_str!("../queries/event_delete_published.sql")),
+            event_delete_dead_lettered: r(include_str!(
                 "../queries/event_delete_dead_lettered.sql"
             )),
-            backlog: render(include_str!("../queries/backlog.sql")),
+            backlog: r(include_str!("../queries/backlog.sql")),
+            inserts: Mutex::default(),
         }
     }
 }
@@ -198,7 +216,24 @@ fn insert_columns(extra: &[&str]) -> String {
 
 impl Statements {
     /// The single-row insert for a message setting the `extra` columns.
-    pub(crate) fn event_insert(&self, table: &OutboxTable, extra: &[&str]) -> String {
+    /// A rendered insert from the cache, rendering it with `make` on first use.
+    fn insert_cached(&self, many: bool, extra: &[&str], make: impl FnOnce() -> String) -> Arc<str> {
+        let key = (many, extra.iter().map(|c| (*c).to_owned()).collect());
+        let mut inserts = self.inserts.lock().unwrap_or_else(|p| p.into_inner());
+        inserts.entry(key).or_insert_with(|| make().into()).clone()
+    }
+
+    /// The single-row insert for a message setting the `extra` columns (cached).
+    pub(crate) fn insert_one(&self, table: &OutboxTable, extra: &[&str]) -> Arc<str> {
+        self.insert_cached(false, extra, || self.event_insert(table, extra))
+    }
+
+    /// The multi-row insert for a run setting the `extra` columns (cached).
+    pub(crate) fn insert_many(&self, table: &OutboxTable, extra: &[&str]) -> Arc<str> {
+        self.insert_cached(true, extra, || self.event_insert_many(table, extra))
+    }
+
+    fn event_insert(&self, table: &OutboxTable, extra: &[&str]) -> String {
         let values: Vec<String> = (1..=6 + extra.len()).map(|i| format!("${i}")).collect();
         self.event_insert
             .replace("{insert_columns}", &insert_columns(extra))
@@ -207,7 +242,7 @@ impl Statements {
     }
 
     /// The multi-row insert of one run of messages setting the `extra` columns.
-    pub(crate) fn event_insert_many(&self, table: &OutboxTable, extra: &[&str]) -> String {
+    fn event_insert_many(&self, table: &OutboxTable, extra: &[&str]) -> String {
         let mut args = vec![
             "$1::uuid[]".to_owned(),
             "$2::text[]".to_owned(),

@@ -18,14 +18,21 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use hare_outbox::postgres::{ListenNotifyWakeup, NotifyMode, PgBackend};
-use hare_outbox::{FnDelivery, InProcessWakeup, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig};
+use hare_outbox::{
+    FnDelivery, InProcessWakeup, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
+    RelayConfig,
+};
 use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 #[derive(Parser)]
 struct Cli {
     /// PostgreSQL server; a scratch schema is created and dropped.
-    #[arg(long, env = "HARE_OUTBOX_BENCH_PG_URL", default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    #[arg(
+        long,
+        env = "HARE_OUTBOX_BENCH_PG_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
     database_url: String,
     /// Concurrent writers for the throughput part.
     #[arg(long, default_value_t = 16)]
@@ -59,8 +66,14 @@ impl Kind {
 
 async fn scratch(url: &str, connections: u32) -> Result<(PgPool, String)> {
     let schema = format!("hare_bench_{:08x}", uuid::Uuid::new_v4().as_u128() as u32);
-    let admin = PgPoolOptions::new().max_connections(1).connect(url).await.context("connecting")?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\""))).execute(&admin).await?;
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .context("connecting")?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+        .execute(&admin)
+        .await?;
     admin.close().await;
     let path = schema.clone();
     let pool = PgPoolOptions::new()
@@ -83,9 +96,13 @@ fn outbox(pool: &PgPool, name: &str, kind: Kind, channel: &str) -> Result<Outbox
         Kind::None => outbox,
         Kind::InProcess => outbox.with_wakeup(InProcessWakeup::new())?,
         Kind::NotifyInTransaction => outbox.with_wakeup(
-            ListenNotifyWakeup::new(pool.clone()).with_channel(channel)?.with_mode(NotifyMode::InTransaction),
+            ListenNotifyWakeup::new(pool.clone())
+                .with_channel(channel)?
+                .with_mode(NotifyMode::InTransaction),
         )?,
-        Kind::NotifyAfterCommit => outbox.with_wakeup(ListenNotifyWakeup::new(pool.clone()).with_channel(channel)?)?,
+        Kind::NotifyAfterCommit => {
+            outbox.with_wakeup(ListenNotifyWakeup::new(pool.clone()).with_channel(channel)?)?
+        }
     })
 }
 
@@ -97,20 +114,34 @@ async fn write_one(outbox: &Outbox<PgBackend>, writer: usize, n: u64) -> Result<
         .bind(writer as i64)
         .execute(&mut *tx)
         .await?;
-    tx.enqueue(OutboxMessage::new("accounts.updated", json!({"id": writer, "n": n})).ordering_key(format!("account:{writer}")))
-        .await?;
+    tx.enqueue(
+        OutboxMessage::new("accounts.updated", json!({"id": writer, "n": n}))
+            .ordering_key(format!("account:{writer}")),
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }
 
 async fn throughput(cli: &Cli) -> Result<()> {
-    println!("writer throughput: {} writers, {:.0} s per mode, one UPDATE + one enqueue per transaction", cli.writers, cli.seconds);
+    println!(
+        "writer throughput: {} writers, {:.0} s per mode, one UPDATE + one enqueue per transaction",
+        cli.writers, cli.seconds
+    );
     println!("{:<34} {:>12} {:>12}", "mode", "tx/s", "× none");
     let mut base = None;
-    for kind in [Kind::None, Kind::NotifyInTransaction, Kind::NotifyAfterCommit] {
+    for kind in [
+        Kind::None,
+        Kind::NotifyInTransaction,
+        Kind::NotifyAfterCommit,
+    ] {
         let (pool, schema) = scratch(&cli.database_url, cli.writers as u32 + 4).await?;
-        sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)").execute(&pool).await?;
-        sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g").execute(&pool).await?;
+        sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+            .execute(&pool)
+            .await?;
+        sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g")
+            .execute(&pool)
+            .await?;
         let outbox = outbox(&pool, "outbox", kind, &schema)?;
         outbox.migrate().await?;
         // A listener is connected, as in production.
@@ -139,7 +170,11 @@ async fn throughput(cli: &Cli) -> Result<()> {
         let rate = done.load(Ordering::Relaxed) as f64 / cli.seconds;
         let base = *base.get_or_insert(rate);
         println!("{:<34} {:>12.0} {:>12.2}", kind.label(), rate, rate / base);
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{schema}\" CASCADE"
+        )))
+        .execute(&pool)
+        .await?;
         pool.close().await;
     }
     Ok(())
@@ -154,13 +189,27 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 async fn latency(cli: &Cli) -> Result<()> {
     println!();
-    println!("latency commit → delivered, poll interval 5 s, {:.0} s per cell", cli.latency_seconds);
-    println!("{:<34} {:>8} {:>8} {:>10} {:>10}", "wake-up", "ev/s", "events", "p50 ms", "p99 ms");
-    for kind in [Kind::InProcess, Kind::NotifyAfterCommit, Kind::NotifyInTransaction] {
+    println!(
+        "latency commit → delivered, poll interval 5 s, {:.0} s per cell",
+        cli.latency_seconds
+    );
+    println!(
+        "{:<34} {:>8} {:>8} {:>10} {:>10}",
+        "wake-up", "ev/s", "events", "p50 ms", "p99 ms"
+    );
+    for kind in [
+        Kind::InProcess,
+        Kind::NotifyAfterCommit,
+        Kind::NotifyInTransaction,
+    ] {
         for rate in [100u64, 1000] {
             let (pool, schema) = scratch(&cli.database_url, 12).await?;
-            sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)").execute(&pool).await?;
-            sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g").execute(&pool).await?;
+            sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+                .execute(&pool)
+                .await?;
+            sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g")
+                .execute(&pool)
+                .await?;
             let outbox = outbox(&pool, "outbox", kind, &schema)?;
             outbox.migrate().await?;
             let committed: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
@@ -182,7 +231,9 @@ async fn latency(cli: &Cli) -> Result<()> {
                         Ok(())
                     }
                 }),
-                RelayConfig::default().with_poll_interval(Duration::from_secs(5)).with_backlog_interval(Duration::ZERO),
+                RelayConfig::default()
+                    .with_poll_interval(Duration::from_secs(5))
+                    .with_backlog_interval(Duration::ZERO),
             )?;
             relay.start()?;
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -202,7 +253,10 @@ async fn latency(cli: &Cli) -> Result<()> {
                         .await?;
                     tx.enqueue(OutboxMessage::new("t", json!({"n": n}))).await?;
                     tx.commit().await?;
-                    committed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.insert(n, Instant::now());
+                    committed
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .insert(n, Instant::now());
                     anyhow::Ok(())
                 });
                 while let Some(r) = tasks.try_join_next() {
@@ -213,11 +267,16 @@ async fn latency(cli: &Cli) -> Result<()> {
                 r??;
             }
             let wait_until = Instant::now() + Duration::from_secs(15);
-            while latencies.lock().map(|l| l.len()).unwrap_or(0) < total as usize && Instant::now() < wait_until {
+            while latencies.lock().map(|l| l.len()).unwrap_or(0) < total as usize
+                && Instant::now() < wait_until
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             relay.stop().await?;
-            let mut l = latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+            let mut l = latencies
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone();
             l.sort_by(f64::total_cmp);
             println!(
                 "{:<34} {:>8} {:>8} {:>10.1} {:>10.1}",
@@ -227,7 +286,11 @@ async fn latency(cli: &Cli) -> Result<()> {
                 percentile(&l, 0.5),
                 percentile(&l, 0.99)
             );
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA \"{schema}\" CASCADE"
+            )))
+            .execute(&pool)
+            .await?;
             pool.close().await;
         }
     }
