@@ -357,3 +357,38 @@ async fn relay_events_reach_observers_and_metrics() {
     );
     schema.drop_schema().await;
 }
+
+#[tokio::test]
+async fn an_unrouted_event_is_retried_then_dead_lettered_never_published() {
+    let (schema, outbox) = setup().await;
+    enqueue_all(&schema, &outbox, &["library.loan.created", "billing.paid"]).await;
+    let seen = Seen::default();
+    let router = hare_outbox_core::TopicRouter::new()
+        .route("library.*", recording(&seen, ""))
+        .unwrap();
+    let relay =
+        OutboxRelay::new(outbox.clone(), router, fast().with_max_delivery_attempts(2)).unwrap();
+    relay.poll_once().await.unwrap();
+    wait_for(
+        "the unrouted event dead-lettered",
+        Duration::from_secs(10),
+        || async {
+            relay.poll_once().await.unwrap();
+            (relay.backlog().await.unwrap().dead_lettered == 1).then_some(())
+        },
+    )
+    .await;
+    let (error, published): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as("SELECT last_error, published_at FROM outbox WHERE topic = 'billing.paid'")
+            .fetch_one(&schema.pool)
+            .await
+            .unwrap();
+    assert!(published.is_none());
+    assert!(
+        error
+            .unwrap_or_default()
+            .contains("no route takes topic \"billing.paid\"")
+    );
+    assert_eq!(*seen.lock().unwrap(), ["library.loan.created"]);
+    schema.drop_schema().await;
+}

@@ -10,9 +10,11 @@ use crate::event::OutboxEvent;
 
 mod func;
 mod jsonl;
+mod router;
 
 pub use func::FnDelivery;
 pub use jsonl::{JsonLinesDelivery, json_line};
+pub use router::TopicRouter;
 
 /// Sends events somewhere. A delivery only sends: retries, attempt counting and dead letters
 /// belong to the relay.

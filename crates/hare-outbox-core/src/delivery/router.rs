@@ -1,0 +1,351 @@
+//! Routing events to deliveries by topic (seed 001 § TopicRouter).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use regex::Regex;
+
+use super::Delivery;
+use crate::error::{DeliveryError, Error, Result};
+use crate::event::OutboxEvent;
+
+/// Sends each event to the delivery of its topic: the route named exactly by the topic first,
+/// else the first glob route that matches it, in declaration order, else the default. An event no
+/// route takes fails (it is retried and dead-lettered, never marked published).
+///
+/// Glob routes use shell-style patterns as Python's `fnmatch.fnmatchcase` reads them: `*` any
+/// text (dots included), `?` one character, `[abc]` / `[a-z]` a class, `[!abc]` a negated class;
+/// `[^a]` is the class "`^` or `a`"; `{` and `}` are literal; matching is case-sensitive.
+///
+/// ```
+/// use hare_outbox_core::delivery::TopicRouter;
+/// use hare_outbox_core::{FnDelivery, OutboxEvent};
+///
+/// let router = TopicRouter::new()
+///     .route("library.loan.*", FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }))?
+///     .route("notify.*", FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }))?
+///     .with_default(FnDelivery::new(|_e: OutboxEvent| async { Ok(()) }));
+/// assert_eq!(router.route_of("library.loan.created"), Some("library.loan.*"));
+/// assert_eq!(router.route_of("billing.paid"), Some("(default)"));
+/// # Ok::<(), hare_outbox_core::Error>(())
+/// ```
+#[derive(Default)]
+pub struct TopicRouter {
+    exact: HashMap<String, usize>,
+    globs: Vec<(Regex, usize)>,
+    routes: Vec<(String, Arc<dyn Delivery>)>,
+    default: Option<Arc<dyn Delivery>>,
+}
+
+impl std::fmt::Debug for TopicRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicRouter")
+            .field(
+                "routes",
+                &self
+                    .routes
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("default", &self.default.is_some())
+            .finish()
+    }
+}
+
+impl TopicRouter {
+    /// A router with no routes and no default.
+    pub fn new() -> Self {
+        TopicRouter::default()
+    }
+
+    /// Adds a route: `pattern` is an exact topic (no `*`, `?` or `[`) or a glob.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] for an empty pattern or one declared twice.
+    pub fn route(mut self, pattern: &str, delivery: impl Delivery) -> Result<Self> {
+        if pattern.is_empty() {
+            return Err(Error::configuration("route pattern \"\" is empty"));
+        }
+        if self.routes.iter().any(|(p, _)| p == pattern) {
+            return Err(Error::configuration(format!(
+                "route {pattern:?} is declared twice"
+            )));
+        }
+        let index = self.routes.len();
+        if pattern.contains(['*', '?', '[']) {
+            self.globs.push((fnmatch_regex(pattern)?, index));
+        } else {
+            self.exact.insert(pattern.to_owned(), index);
+        }
+        self.routes.push((pattern.to_owned(), Arc::new(delivery)));
+        Ok(self)
+    }
+
+    /// Sets the delivery for topics no route takes. Unset by default: such events fail.
+    pub fn with_default(mut self, delivery: impl Delivery) -> Self {
+        self.default = Some(Arc::new(delivery));
+        self
+    }
+
+    /// The pattern of the route `topic` goes to, `"(default)"`, or `None`.
+    pub fn route_of(&self, topic: &str) -> Option<&str> {
+        match self.index_of(topic) {
+            Some(Some(i)) => Some(self.routes[i].0.as_str()),
+            Some(None) => Some("(default)"),
+            None => None,
+        }
+    }
+
+    /// `Some(Some(route))`, `Some(None)` for the default, `None` when nothing takes the topic.
+    fn index_of(&self, topic: &str) -> Option<Option<usize>> {
+        if let Some(&i) = self.exact.get(topic) {
+            return Some(Some(i));
+        }
+        if let Some((_, i)) = self.globs.iter().find(|(re, _)| re.is_match(topic)) {
+            return Some(Some(*i));
+        }
+        self.default.as_ref().map(|_| None)
+    }
+
+    fn delivery_of(&self, topic: &str) -> Option<&Arc<dyn Delivery>> {
+        match self.index_of(topic)? {
+            Some(i) => Some(&self.routes[i].1),
+            None => self.default.as_ref(),
+        }
+    }
+}
+
+fn unrouted(topic: &str) -> DeliveryError {
+    DeliveryError::new(format!(
+        "no route takes topic {topic:?} and the router has no default"
+    ))
+}
+
+#[async_trait]
+impl Delivery for TopicRouter {
+    async fn deliver(&self, event: &OutboxEvent) -> std::result::Result<(), DeliveryError> {
+        match self.delivery_of(&event.topic) {
+            Some(delivery) => delivery.deliver(event).await,
+            None => Err(unrouted(&event.topic)),
+        }
+    }
+
+    /// Splits the batch by route, hands each part to its delivery's `deliver_batch` (all parts at
+    /// once), and puts the results back in the batch's order.
+    async fn deliver_batch(
+        &self,
+        events: &[OutboxEvent],
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<std::result::Result<(), DeliveryError>> {
+        let mut parts: HashMap<usize, (Arc<dyn Delivery>, Vec<usize>)> = HashMap::new();
+        let mut results: Vec<Option<std::result::Result<(), DeliveryError>>> =
+            (0..events.len()).map(|_| None).collect();
+        for (i, event) in events.iter().enumerate() {
+            match self.index_of(&event.topic) {
+                None => results[i] = Some(Err(unrouted(&event.topic))),
+                Some(route) => {
+                    let key = route.unwrap_or(usize::MAX);
+                    let delivery = match route {
+                        Some(r) => self.routes[r].1.clone(),
+                        None => match &self.default {
+                            Some(d) => d.clone(),
+                            None => {
+                                results[i] = Some(Err(unrouted(&event.topic)));
+                                continue;
+                            }
+                        },
+                    };
+                    parts
+                        .entry(key)
+                        .or_insert_with(|| (delivery, Vec::new()))
+                        .1
+                        .push(i);
+                }
+            }
+        }
+        let sends = parts.into_values().map(|(delivery, indexes)| async move {
+            let batch: Vec<OutboxEvent> = indexes.iter().map(|&i| events[i].clone()).collect();
+            let out = delivery.deliver_batch(&batch, concurrency, timeout).await;
+            (indexes, out)
+        });
+        for (indexes, out) in futures::future::join_all(sends).await {
+            let mut out = out.into_iter();
+            for i in indexes {
+                results[i] = Some(out.next().unwrap_or_else(|| {
+                    Err(DeliveryError::new(
+                        "the route's delivery returned too few results",
+                    ))
+                }));
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(DeliveryError::new("event not routed"))))
+            .collect()
+    }
+
+    async fn close(&self) -> std::result::Result<(), DeliveryError> {
+        let mut first_error = None;
+        for delivery in self
+            .routes
+            .iter()
+            .map(|(_, d)| d)
+            .chain(self.default.iter())
+        {
+            if let Err(e) = delivery.close().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Translates a shell pattern to an anchored regex the way `fnmatch.translate` does.
+fn fnmatch_regex(pattern: &str) -> Result<Regex> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::from("(?s)^");
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        i += 1;
+        match c {
+            '*' => {
+                while i < chars.len() && chars[i] == '*' {
+                    i += 1;
+                }
+                out.push_str(".*");
+            }
+            '?' => out.push('.'),
+            '[' => {
+                // Find the closing bracket: a `]` right after `[` or `[!` belongs to the class.
+                let mut j = i;
+                if j < chars.len() && chars[j] == '!' {
+                    j += 1;
+                }
+                if j < chars.len() && chars[j] == ']' {
+                    j += 1;
+                }
+                while j < chars.len() && chars[j] != ']' {
+                    j += 1;
+                }
+                if j >= chars.len() {
+                    out.push_str("\\[");
+                    continue;
+                }
+                let body: String = chars[i..j].iter().collect();
+                i = j + 1;
+                let (negate, body) = match body.strip_prefix('!') {
+                    Some(rest) => (true, rest.to_owned()),
+                    None => (false, body),
+                };
+                let mut class = String::new();
+                for ch in body.chars() {
+                    // Escape what regex classes treat specially; keep `-` for ranges.
+                    if matches!(ch, '\\' | '[' | ']' | '^' | '&' | '~') {
+                        class.push('\\');
+                    }
+                    class.push(ch);
+                }
+                if class.is_empty() {
+                    // `[!]` matches any character, `[]` nothing (as in Python).
+                    out.push_str(if negate { "." } else { "(?!)" });
+                } else {
+                    out.push('[');
+                    if negate {
+                        out.push('^');
+                    }
+                    out.push_str(&class);
+                    out.push(']');
+                }
+            }
+            other => out.push_str(&regex::escape(&other.to_string())),
+        }
+    }
+    out.push('$');
+    Regex::new(&out).map_err(|e| {
+        Error::configuration(format!(
+            "route pattern {pattern:?} is not a valid glob: {e}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::FnDelivery;
+
+    fn matches(pattern: &str, topic: &str) -> bool {
+        fnmatch_regex(pattern).unwrap().is_match(topic)
+    }
+
+    #[test]
+    fn globs_read_like_fnmatchcase() {
+        assert!(matches("library.loan.*", "library.loan.created"));
+        assert!(
+            matches("library.*", "library.loan.created"),
+            "* crosses dots"
+        );
+        assert!(!matches("library.*", "Library.loan"), "case-sensitive");
+        assert!(matches("a?c", "abc") && !matches("a?c", "ac"));
+        assert!(matches("[ab]x", "bx") && !matches("[ab]x", "cx"));
+        assert!(matches("[!ab]x", "cx") && !matches("[!ab]x", "ax"));
+        assert!(matches("[^a]x", "^x") && matches("[^a]x", "ax") && !matches("[^a]x", "bx"));
+        assert!(
+            matches("{a,b}", "{a,b}") && !matches("{a,b}", "a"),
+            "braces are literal"
+        );
+        assert!(matches("[a-c]", "b") && !matches("[a-c]", "d"));
+        assert!(
+            matches("a.b", "a.b") && !matches("a.b", "axb"),
+            "dots are literal"
+        );
+        assert!(
+            matches("[", "[") && matches("x[", "x["),
+            "an unclosed bracket is literal"
+        );
+        assert!(matches("[]]", "]"));
+        assert!(matches("a\\b", "a\\b"));
+    }
+
+    fn ok() -> FnDelivery<
+        impl Fn(OutboxEvent) -> futures::future::Ready<std::result::Result<(), DeliveryError>>,
+    > {
+        FnDelivery::new(|_e: OutboxEvent| futures::future::ready(Ok(())))
+    }
+
+    #[test]
+    fn exact_first_then_globs_in_order_then_default() {
+        let router = TopicRouter::new()
+            .route("a.*", ok())
+            .unwrap()
+            .route("a.b.*", ok())
+            .unwrap()
+            .route("a.b.c", ok())
+            .unwrap();
+        assert_eq!(
+            router.route_of("a.b.c"),
+            Some("a.b.c"),
+            "exact wins over an earlier glob"
+        );
+        assert_eq!(
+            router.route_of("a.b.d"),
+            Some("a.*"),
+            "first matching glob in declaration order"
+        );
+        assert_eq!(router.route_of("z"), None);
+        let router = router.with_default(ok());
+        assert_eq!(router.route_of("z"), Some("(default)"));
+        assert!(TopicRouter::new().route("", ok()).is_err());
+        assert!(
+            TopicRouter::new()
+                .route("x", ok())
+                .unwrap()
+                .route("x", ok())
+                .is_err()
+        );
+    }
+}
