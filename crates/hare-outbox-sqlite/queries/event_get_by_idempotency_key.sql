@@ -1,6 +1,6 @@
--- The stored event of an idempotency key. ?1 idempotency_key.
+-- The stored events of several idempotency keys, in one statement (every tenant's: the caller
+-- tells its own from another tenant's). ?1 the keys (JSON array of strings; repeats are fine).
 SELECT
-    sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts,
-    last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at
+    {columns}
 FROM {table}
-WHERE idempotency_key = ?1
+WHERE idempotency_key IN (SELECT value FROM json_each(?1))

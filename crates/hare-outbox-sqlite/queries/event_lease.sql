@@ -43,5 +43,4 @@ WHERE sequence IN (
     LIMIT ?4
 )
 RETURNING
-    sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts,
-    last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at
+    {columns}

@@ -1,5 +1,9 @@
 -- hare-outbox table and its indexes (SQLite). Idempotent: safe to run again.
 -- Timestamps are UTC text in one fixed format, YYYY-MM-DDTHH:MM:SS.ffffffZ, so text order is time order.
+-- idempotency_key is UNIQUE when keys are unique in the whole table (the default); keys unique per
+-- tenant get a unique constraint on the tenant column and the key instead, and a table without key
+-- uniqueness neither. The declared extra columns follow dead_lettered_at; those missing from an
+-- existing table are added by migrate (table_columns.sql, add_column.sql).
 CREATE TABLE IF NOT EXISTS {table} (
     sequence INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -7,7 +11,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     payload TEXT NOT NULL,
     headers TEXT NOT NULL DEFAULT '{}',
     ordering_key TEXT,
-    idempotency_key TEXT UNIQUE,
+    idempotency_key TEXT{idempotency_key_unique},
     created_at TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
@@ -15,7 +19,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     lease_until TEXT,
     leased_by TEXT,
     published_at TEXT,
-    dead_lettered_at TEXT
+    dead_lettered_at TEXT{extra_column_defs}{idempotency_constraint}
 );
 
 -- Pending rows in delivery order.

@@ -1,7 +1,7 @@
 //! Rows to [`OutboxEvent`]s, and the one timestamp format the backend writes.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use hare_outbox_core::{Error, OutboxEvent, Result};
+use hare_outbox_core::{ColumnType, Error, ExtraValue, OutboxEvent, OutboxTable, Result};
 use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
@@ -14,6 +14,7 @@ use crate::error::map_err;
 const TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
 
 /// `time` as stored: `2026-01-31T23:59:59.123456Z` (microseconds; finer digits are dropped).
+/// Extra columns of [`ColumnType::Timestamp`] use it too.
 pub(crate) fn timestamp(time: DateTime<Utc>) -> String {
     time.format(TIMESTAMP_FORMAT).to_string()
 }
@@ -62,11 +63,82 @@ fn json(row: &SqliteRow, column: &str) -> Result<Value> {
     serde_json::from_str(&value).map_err(|e| bad_column(column, format!("is not JSON: {e}")))
 }
 
-/// One row of the columns every statement returns, decoded by hand.
+/// The value of extra column `column` as its type stores it: INTEGER for big ints and booleans
+/// (0/1), TEXT for the rest (hyphenated UUIDs, timestamps in [`timestamp`]'s format, JSON text).
 ///
 /// # Errors
 /// [`Error::Database`] naming the column when a value has the wrong type or form.
-pub(crate) fn event(row: &SqliteRow) -> Result<OutboxEvent> {
+fn extra(row: &SqliteRow, column: &str, column_type: ColumnType) -> Result<ExtraValue> {
+    let value = match column_type {
+        ColumnType::BigInt => row
+            .try_get::<Option<i64>, _>(column)
+            .map_err(map_err)?
+            .into(),
+        ColumnType::Boolean => match row.try_get::<Option<i64>, _>(column).map_err(map_err)? {
+            None => ExtraValue::Null,
+            Some(0) => ExtraValue::Boolean(false),
+            Some(1) => ExtraValue::Boolean(true),
+            Some(other) => {
+                return Err(bad_column(
+                    column,
+                    format!("{other} is not a boolean (0/1)"),
+                ));
+            }
+        },
+        ColumnType::Text => optional_text(row, column)?.into(),
+        ColumnType::Uuid => optional_text(row, column)?
+            .map(|text| {
+                Uuid::parse_str(&text)
+                    .map_err(|e| bad_column(column, format!("{text:?} is not a UUID: {e}")))
+            })
+            .transpose()?
+            .into(),
+        ColumnType::Timestamp => optional_time(row, column)?.into(),
+        ColumnType::Json => match optional_text(row, column)? {
+            None => ExtraValue::Null,
+            Some(text) => ExtraValue::Json(
+                serde_json::from_str(&text)
+                    .map_err(|e| bad_column(column, format!("is not JSON: {e}")))?,
+            ),
+        },
+    };
+    Ok(value)
+}
+
+/// The value bound for an extra column, in the form [`extra`] reads back.
+pub(crate) enum Bound {
+    /// SQL NULL.
+    Null,
+    /// INTEGER.
+    Integer(i64),
+    /// TEXT.
+    Text(String),
+}
+
+/// `value` in its stored form.
+pub(crate) fn bound(value: &ExtraValue) -> Bound {
+    match value {
+        ExtraValue::Null => Bound::Null,
+        ExtraValue::BigInt(n) => Bound::Integer(*n),
+        ExtraValue::Boolean(b) => Bound::Integer(i64::from(*b)),
+        ExtraValue::Text(text) => Bound::Text(text.clone()),
+        ExtraValue::Uuid(id) => Bound::Text(id.hyphenated().to_string()),
+        ExtraValue::Timestamp(time) => Bound::Text(timestamp(*time)),
+        ExtraValue::Json(json) => Bound::Text(json.to_string()),
+    }
+}
+
+/// One row of the columns every statement returns (the table's extra columns included), decoded
+/// by hand.
+///
+/// # Errors
+/// [`Error::Database`] naming the column when a value has the wrong type or form.
+pub(crate) fn event(table: &OutboxTable, row: &SqliteRow) -> Result<OutboxEvent> {
+    let mut extras = Map::new();
+    for column in table.columns() {
+        let value = extra(row, column.name(), column.column_type())?;
+        extras.insert(column.name().to_owned(), value.to_json());
+    }
     let id = text(row, "id")?;
     let id =
         Uuid::parse_str(&id).map_err(|e| bad_column("id", format!("{id:?} is not a UUID: {e}")))?;
@@ -99,6 +171,7 @@ pub(crate) fn event(row: &SqliteRow) -> Result<OutboxEvent> {
         leased_by: optional_text(row, "leased_by")?,
         published_at: optional_time(row, "published_at")?,
         dead_lettered_at: optional_time(row, "dead_lettered_at")?,
+        extra: extras,
     })
 }
 

@@ -7,6 +7,16 @@
 //! (`2026-01-31T23:59:59.123456Z`), payload and headers as JSON text, ids as hyphenated UUID text.
 //! A schema-qualified [`OutboxTable`] (`billing.outbox`) names an attached database.
 //!
+//! Extra columns ([`ExtraColumn`](hare_outbox_core::ExtraColumn)) are stored as `INTEGER` (big
+//! ints; booleans as 0/1) or `TEXT` (text; hyphenated UUIDs; timestamps in the format above; JSON
+//! text); a foreign key must name a table of the outbox table's own database. Idempotency keys are
+//! `UNIQUE` in the whole table (the column constraint every table had before scopes), per tenant
+//! (`UNIQUE (tenant, idempotency_key)`), or not at all. `enqueue_many` writes one multi-row
+//! `INSERT` per run of same-shape messages, split only past SQLite's 32766 bound parameters.
+//! [`Outbox::begin`](hare_outbox_core::Outbox::begin) begins `BEGIN IMMEDIATE`: a second writer
+//! waits for the first up to the busy timeout, then fails with
+//! [`Error::TransactionRetry`].
+//!
 //! ```no_run
 //! use hare_outbox_core::{Outbox, OutboxMessage, OutboxTable};
 //! use hare_outbox_sqlite::{SqliteBackend, connect};
@@ -25,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+mod capture;
 mod decode;
 mod error;
 mod sql;
@@ -36,15 +47,17 @@ use async_trait::async_trait;
 use hare_outbox_core::backend::{
     BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
     EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
-    EventRetryDeadLetteredParams, FinishedState,
+    EventRetryDeadLetteredParams, FinishedState, Inserted,
 };
-use hare_outbox_core::{Backend, Backlog, Error, OutboxEvent, OutboxTable, Result, TopicFilter};
+use hare_outbox_core::{
+    Backend, Backlog, Error, IdempotencyScope, OutboxEvent, OutboxTable, Result, TopicFilter,
+};
 use serde_json::Value;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use crate::decode::{parse_timestamp, timestamp};
+use crate::decode::{Bound, bound, parse_timestamp, timestamp};
 use crate::error::map_err;
 use crate::sql::Query;
 
@@ -115,6 +128,114 @@ fn json_strings(values: Vec<String>) -> String {
     Value::from(values).to_string()
 }
 
+/// Binds one message's row of an insert: id, topic, payload, headers, ordering key, idempotency
+/// key, `created_at`, then its extra values (in the table's order, as the core sorts them).
+fn bind_message<'q>(
+    query: sqlx::query::Query<'q, Sqlite, SqliteArguments>,
+    params: &'q EventInsertParams,
+    created_at: &'q str,
+) -> sqlx::query::Query<'q, Sqlite, SqliteArguments> {
+    let query = query
+        .bind(params.id.hyphenated().to_string())
+        .bind(params.topic.as_str())
+        .bind(params.payload.to_string())
+        .bind(Value::Object(params.headers.clone()).to_string())
+        .bind(params.ordering_key.as_deref())
+        .bind(params.idempotency_key.as_deref())
+        .bind(created_at);
+    params
+        .extra
+        .iter()
+        .fold(query, |query, (_, value)| match bound(value) {
+            Bound::Null => query.bind(None::<String>),
+            Bound::Integer(n) => query.bind(n),
+            Bound::Text(text) => query.bind(text),
+        })
+}
+
+/// The extra columns a message sets, in the order they are bound.
+fn extra_names(params: &EventInsertParams) -> Vec<&str> {
+    params.extra.iter().map(|(name, _)| name.as_str()).collect()
+}
+
+/// The stored events for the idempotency keys of `params`, in order, read with one SELECT
+/// (`None` for a message without a key, or whose key no event holds). With a tenant column and
+/// keys unique across the table, a key held by another tenant's event is an
+/// [`Error::Integrity`] (seed 001 § idempotency_key=); with keys unique per tenant, only the
+/// message's own tenant's event counts.
+async fn stored_by_keys(
+    conn: &mut SqliteConnection,
+    table: &OutboxTable,
+    params: &[&EventInsertParams],
+) -> Result<Vec<Option<OutboxEvent>>> {
+    let keys: Vec<String> = params
+        .iter()
+        .filter_map(|p| p.idempotency_key.clone())
+        .collect();
+    if keys.is_empty() {
+        return Ok(vec![None; params.len()]);
+    }
+    let rows = sqlx::query(AssertSqlSafe(
+        Query::EventGetByIdempotencyKeys.render(table),
+    ))
+    .bind(json_strings(keys))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    let stored = rows
+        .iter()
+        .map(|row| decode::event(table, row))
+        .collect::<Result<Vec<_>>>()?;
+    let tenant = table.tenant_column();
+    params
+        .iter()
+        .map(|p| {
+            let Some(key) = p.idempotency_key.as_deref() else {
+                return Ok(None);
+            };
+            let mut same_key = stored
+                .iter()
+                .filter(|e| e.idempotency_key.as_deref() == Some(key));
+            let Some(tenant_column) = tenant else {
+                return Ok(same_key.next().cloned());
+            };
+            let tenant_value = p
+                .extra
+                .iter()
+                .find(|(c, _)| c == tenant_column)
+                .map_or(Value::Null, |(_, v)| v.to_json());
+            let same_key: Vec<&OutboxEvent> = same_key.collect();
+            let own = same_key
+                .iter()
+                .find(|e| e.extra.get(tenant_column).unwrap_or(&Value::Null) == &tenant_value);
+            match (own, same_key.first()) {
+                (Some(event), _) => Ok(Some((*event).clone())),
+                (None, Some(other)) if table.idempotency_scope() == IdempotencyScope::Table => {
+                    Err(Error::Integrity {
+                        message: format!(
+                            "idempotency key {key:?} is taken by an event of another tenant ({tenant_column} = {}); keys are unique across tenants in outbox table {table}",
+                            other.extra.get(tenant_column).unwrap_or(&Value::Null)
+                        ),
+                        source: "idempotency key held by another tenant".into(),
+                    })
+                }
+                _ => Ok(None),
+            }
+        })
+        .collect()
+}
+
+/// The error for an insert that wrote nothing although no stored event holds its key. A writer
+/// sees every committed row (SQLite refuses a write on a stale snapshot with `SQLITE_BUSY`), so
+/// this means the table's constraints are not the ones this backend creates.
+fn no_stored_event(table: &OutboxTable, params: &EventInsertParams) -> Error {
+    Error::database(format!(
+        "inserting event {} into {table} wrote no row, and no stored event holds its idempotency key {:?}",
+        params.id,
+        params.idempotency_key.as_deref().unwrap_or_default()
+    ))
+}
+
 /// Binds the five parameters of a topic filter, in the order the statements number them: every
 /// topic? (0/1), then the included names, included prefixes, excluded names and excluded
 /// prefixes, each as a JSON array of strings.
@@ -135,6 +256,7 @@ fn bind_topics<'q>(
 #[async_trait]
 impl Backend for SqliteBackend {
     type Conn = SqliteConnection;
+    type Transaction = sqlx::Transaction<'static, Sqlite>;
 
     fn name(&self) -> &'static str {
         "sqlite"
@@ -142,22 +264,81 @@ impl Backend for SqliteBackend {
 
     /// The `CREATE TABLE IF NOT EXISTS` and `CREATE INDEX IF NOT EXISTS` statements of `table`,
     /// separated by `;`. With a schema, the table and its indexes go to that attached database.
+    ///
+    /// Extra columns are in the `CREATE TABLE`; SQLite has no `ADD COLUMN IF NOT EXISTS`, so the
+    /// ones missing from an existing table are added by [`Backend::migrate`], not by this text.
+    /// A foreign key names its table without schema (SQLite keeps foreign keys within one
+    /// database).
     fn schema_sql(&self, table: &OutboxTable) -> String {
         Query::Schema.render(table)
     }
 
-    /// Runs [`Backend::schema_sql`] in one `BEGIN IMMEDIATE` transaction; idempotent.
+    /// Runs [`Backend::schema_sql`] in one `BEGIN IMMEDIATE` transaction, then adds the declared
+    /// extra columns the table lacks (checked with `pragma_table_info`); idempotent.
+    ///
+    /// A `NOT NULL` extra column added to an existing table gets `CHECK (column IS NOT NULL)`
+    /// instead (SQLite refuses `NOT NULL` without a default in `ADD COLUMN`); the check is tested
+    /// against the stored rows (SQLite ≥ 3.37, as bundled), so adding it to a table with rows
+    /// fails, as on PostgreSQL. The idempotency key's unique constraint of an existing table is
+    /// kept as it is.
     ///
     /// # Errors
-    /// [`Error::Database`] when SQLite refuses the DDL (read-only file, unknown attached schema);
+    /// [`Error::Configuration`] for a foreign key to a table of another database;
+    /// [`Error::Database`] when SQLite refuses the DDL (read-only file, unknown attached schema,
+    /// a `NOT NULL` column added to a table with rows);
     /// [`Error::TransactionRetry`] when the write lock stays taken past the busy timeout.
     async fn migrate(&self, table: &OutboxTable) -> Result<()> {
+        sql::check_references(table)?;
         let mut tx = self.begin_immediate().await?;
         sqlx::raw_sql(AssertSqlSafe(self.schema_sql(table)))
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+        if !table.columns().is_empty() {
+            let existing: Vec<String> =
+                sqlx::query_scalar(AssertSqlSafe(Query::TableColumns.render(table)))
+                    .bind(table.name())
+                    .bind(table.schema().unwrap_or("main"))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            // SQLite compares column names case-insensitively.
+            for column in table.columns().iter().filter(|c| {
+                !existing
+                    .iter()
+                    .any(|name| name.eq_ignore_ascii_case(c.name()))
+            }) {
+                sqlx::raw_sql(AssertSqlSafe(sql::add_column(table, column)))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+        }
         tx.commit().await.map_err(map_err)
+    }
+
+    /// Begins a `BEGIN IMMEDIATE` transaction on the pool: it takes the write lock at once,
+    /// waiting up to the busy timeout ([`BUSY_TIMEOUT`] with [`connect`]) for another writer.
+    ///
+    /// An outbox transaction exists to write. A deferred one would take the write lock only at
+    /// its first write; if it read first, that upgrade fails at once with `SQLITE_BUSY` (no busy
+    /// wait) whenever another connection wrote in between, and two such transactions can each
+    /// wait for the other. Taking the lock up front makes writers queue instead. Plain
+    /// `pool.begin()` transactions passed to `enqueue` stay deferred, as the caller chose.
+    ///
+    /// # Errors
+    /// [`Error::TransactionRetry`] when the write lock stays taken past the busy timeout;
+    /// [`Error::Database`] when no connection can be had.
+    async fn begin(&self) -> Result<Self::Transaction> {
+        self.begin_immediate().await
+    }
+
+    async fn commit(&self, tx: Self::Transaction) -> Result<()> {
+        tx.commit().await.map_err(map_err)
+    }
+
+    async fn rollback(&self, tx: Self::Transaction) -> Result<()> {
+        tx.rollback().await.map_err(map_err)
     }
 
     async fn event_insert(
@@ -165,41 +346,112 @@ impl Backend for SqliteBackend {
         conn: &mut SqliteConnection,
         table: &OutboxTable,
         params: &EventInsertParams,
-    ) -> Result<OutboxEvent> {
-        let payload = params.payload.to_string();
-        let headers = Value::Object(params.headers.clone()).to_string();
-        let inserted = sqlx::query(AssertSqlSafe(Query::EventInsert.render(table)))
-            .bind(params.id.hyphenated().to_string())
-            .bind(&params.topic)
-            .bind(payload)
-            .bind(headers)
-            .bind(params.ordering_key.as_deref())
-            .bind(params.idempotency_key.as_deref())
-            .bind(timestamp(chrono::Utc::now()))
+    ) -> Result<Inserted> {
+        let created_at = timestamp(chrono::Utc::now());
+        let sql = sql::event_insert(table, &extra_names(params));
+        let inserted = bind_message(sqlx::query(AssertSqlSafe(sql)), params, &created_at)
             .fetch_optional(&mut *conn)
             .await
             .map_err(map_err)?;
         if let Some(row) = inserted {
-            return decode::event(&row);
+            return Ok(Inserted {
+                event: decode::event(table, &row)?,
+                created: true,
+            });
         }
-        // Nothing inserted: only the idempotency key's conflict is swallowed; return its event.
-        let Some(key) = params.idempotency_key.as_deref() else {
-            return Err(Error::database(format!(
-                "inserting event {} into {table} returned no row",
-                params.id
-            )));
-        };
-        let stored = sqlx::query(AssertSqlSafe(Query::EventGetByIdempotencyKey.render(table)))
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        match stored {
-            Some(row) => decode::event(&row),
-            None => Err(Error::database(format!(
-                "idempotency key {key:?} conflicted in {table} but no event holds it"
-            ))),
+        // ON CONFLICT DO NOTHING: only the idempotency key's conflict is swallowed; return the
+        // event stored under it, unchanged.
+        let event = stored_by_keys(conn, table, &[params])
+            .await?
+            .pop()
+            .flatten()
+            .ok_or_else(|| no_stored_event(table, params))?;
+        Ok(Inserted {
+            event,
+            created: false,
+        })
+    }
+
+    /// Inserts the events in one savepoint of `conn`'s transaction (a transaction of its own on
+    /// a connection outside one): one multi-row `INSERT … VALUES (…), (…)` per run of
+    /// consecutive same-shape messages, split into chunks only when a run's parameters exceed
+    /// SQLite's limit of 32766; then one SELECT for every key that was stored or repeated.
+    ///
+    /// # Errors
+    /// As [`Backend::event_insert`]; on an error the savepoint is rolled back, nothing of this
+    /// call stays, and the caller's transaction goes on.
+    async fn event_insert_many(
+        &self,
+        conn: &mut SqliteConnection,
+        table: &OutboxTable,
+        params: &[EventInsertParams],
+    ) -> Result<Vec<Inserted>> {
+        let created_at = timestamp(chrono::Utc::now());
+        // A savepoint inside the caller's transaction (or a transaction of its own): an error
+        // returns before the commit below, and dropping it rolls back everything of this call.
+        let mut savepoint = sqlx::Connection::begin(&mut *conn).await.map_err(map_err)?;
+        let mut results: Vec<Option<Inserted>> = vec![None; params.len()];
+        let mut start = 0;
+        while start < params.len() {
+            let shape = params[start].shape();
+            let end = (start..params.len())
+                .find(|&i| params[i].shape() != shape)
+                .unwrap_or(params.len());
+            let extra = extra_names(&params[start]);
+            let per_insert = sql::rows_per_insert(extra.len());
+            for (n, chunk) in params[start..end].chunks(per_insert).enumerate() {
+                let first = start + n * per_insert;
+                // Not cached: the text differs with the number of rows.
+                let query = sqlx::query(AssertSqlSafe(sql::event_insert_many(
+                    table,
+                    &extra,
+                    chunk.len(),
+                )))
+                .persistent(false);
+                let rows = chunk
+                    .iter()
+                    .fold(query, |query, p| bind_message(query, p, &created_at))
+                    .fetch_all(&mut *savepoint)
+                    .await
+                    .map_err(map_err)?;
+                // RETURNING order is not guaranteed: match the rows to the messages by id.
+                let mut by_id = std::collections::HashMap::with_capacity(rows.len());
+                for row in &rows {
+                    let event = decode::event(table, row)?;
+                    by_id.insert(event.id, event);
+                }
+                for (offset, p) in chunk.iter().enumerate() {
+                    if let Some(event) = by_id.remove(&p.id) {
+                        results[first + offset] = Some(Inserted {
+                            event,
+                            created: true,
+                        });
+                    }
+                }
+            }
+            start = end;
         }
+        // Stored and repeated keys: one SELECT for all of them.
+        let missing: Vec<usize> = (0..params.len())
+            .filter(|&i| results[i].is_none())
+            .collect();
+        if !missing.is_empty() {
+            let wanted: Vec<&EventInsertParams> = missing.iter().map(|&i| &params[i]).collect();
+            let stored = stored_by_keys(&mut savepoint, table, &wanted).await?;
+            for (&i, event) in missing.iter().zip(stored) {
+                let event = event.ok_or_else(|| no_stored_event(table, &params[i]))?;
+                results[i] = Some(Inserted {
+                    event,
+                    created: false,
+                });
+            }
+        }
+        savepoint.commit().await.map_err(map_err)?;
+        results
+            .into_iter()
+            .zip(params)
+            .map(|(r, p)| r.ok_or_else(|| no_stored_event(table, p)))
+            .collect()
     }
 
     async fn event_lease(
@@ -218,7 +470,10 @@ impl Backend for SqliteBackend {
             .await
             .map_err(map_err)?;
         // Decoded before COMMIT: a row that cannot be read leaves nothing leased.
-        let mut events = rows.iter().map(decode::event).collect::<Result<Vec<_>>>()?;
+        let mut events = rows
+            .iter()
+            .map(|row| decode::event(table, row))
+            .collect::<Result<Vec<_>>>()?;
         tx.commit().await.map_err(map_err)?;
         events.sort_by_key(|event| event.sequence);
         Ok(events)
@@ -293,7 +548,9 @@ impl Backend for SqliteBackend {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        row.as_ref().map(decode::event).transpose()
+        row.as_ref()
+            .map(|row| decode::event(table, row))
+            .transpose()
     }
 
     /// Returns matching dead letters to the queue in one statement; `ids: None` matches any id.
@@ -374,5 +631,37 @@ impl Backend for SqliteBackend {
                 .unwrap_or(0.0),
             dead_lettered: row.try_get("dead_lettered").map_err(map_err)?,
         })
+    }
+
+    async fn capture_install(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::CaptureInstallParams,
+    ) -> Result<()> {
+        capture::install(&self.pool, table, params).await
+    }
+
+    async fn capture_uninstall(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::CaptureUninstallParams,
+    ) -> Result<bool> {
+        capture::uninstall(&self.pool, table, params).await
+    }
+
+    async fn capture_status(
+        &self,
+        table: &OutboxTable,
+    ) -> Result<Vec<hare_outbox_core::capture::CaptureStatus>> {
+        capture::status(&self.pool, table).await
+    }
+
+    async fn context_set(
+        &self,
+        conn: &mut SqliteConnection,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::ContextSetParams,
+    ) -> Result<()> {
+        capture::context_set(conn, table, params).await
     }
 }

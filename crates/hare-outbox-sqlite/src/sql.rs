@@ -4,14 +4,20 @@
 //! `{table_name}` the quoted table alone (an index's `ON` clause names its table without schema on
 //! SQLite); `{schema_prefix}` the quoted schema and a dot, or nothing; `{pending_idx}`,
 //! `{pending_key_idx}`, `{published_idx}`, `{dead_idx}`, `{topic_idx}` the quoted index names
-//! `<table>_pending_idx` and so on. Every identifier goes through [`quote_ident`].
+//! `<table>_pending_idx` and so on; `{columns}` the columns every statement returns
+//! ([`COLUMNS`], then the table's extra columns); `{idempotency_key_unique}`,
+//! `{extra_column_defs}`, `{idempotency_constraint}` the DDL of the extra columns and of the
+//! idempotency key's unique constraint; `{on_conflict}` the matching `ON CONFLICT … DO NOTHING`.
+//! Per message shape: `{insert_columns}`, `{insert_values}`, `{insert_rows}`; per added column:
+//! `{column_def}`. Every identifier goes through [`quote_ident`].
 
-use hare_outbox_core::OutboxTable;
+use hare_outbox_core::{ColumnType, Error, ExtraColumn, IdempotencyScope, OutboxTable, Result};
 
 const SCHEMA: &str = include_str!("../queries/schema.sql");
 const EVENT_INSERT: &str = include_str!("../queries/event_insert.sql");
+const EVENT_INSERT_MANY: &str = include_str!("../queries/event_insert_many.sql");
 const EVENT_GET: &str = include_str!("../queries/event_get.sql");
-const EVENT_GET_BY_IDEMPOTENCY_KEY: &str =
+const EVENT_GET_BY_IDEMPOTENCY_KEYS: &str =
     include_str!("../queries/event_get_by_idempotency_key.sql");
 const EVENT_LEASE: &str = include_str!("../queries/event_lease.sql");
 const EVENT_LEASE_EXTEND: &str = include_str!("../queries/event_lease_extend.sql");
@@ -21,14 +27,57 @@ const EVENT_RETRY_DEAD_LETTERED: &str = include_str!("../queries/event_retry_dea
 const EVENT_DELETE_PUBLISHED: &str = include_str!("../queries/event_delete_published.sql");
 const EVENT_DELETE_DEAD_LETTERED: &str = include_str!("../queries/event_delete_dead_lettered.sql");
 const BACKLOG: &str = include_str!("../queries/backlog.sql");
+const TABLE_COLUMNS: &str = include_str!("../queries/table_columns.sql");
+const ADD_COLUMN: &str = include_str!("../queries/add_column.sql");
+
+/// The columns every statement returns, in this order; the table's extra columns follow.
+pub(crate) const COLUMNS: &[&str] = &[
+    "sequence",
+    "id",
+    "topic",
+    "payload",
+    "headers",
+    "ordering_key",
+    "idempotency_key",
+    "created_at",
+    "attempts",
+    "last_error",
+    "next_attempt_at",
+    "lease_until",
+    "leased_by",
+    "published_at",
+    "dead_lettered_at",
+];
+
+/// The base columns an insert writes, in the order their parameters are bound; the extra columns
+/// the message sets follow.
+const INSERT_COLUMNS: &[&str] = &[
+    "id",
+    "topic",
+    "payload",
+    "headers",
+    "ordering_key",
+    "idempotency_key",
+    "created_at",
+];
+
+/// The most parameters one statement may bind: `SQLITE_MAX_VARIABLE_NUMBER` of the bundled SQLite
+/// (32766 since SQLite 3.32). A run of messages whose rows need more is split into chunks.
+pub(crate) const MAX_BOUND_PARAMETERS: usize = 32766;
+
+/// How many rows of `extra` extra columns one multi-row insert takes at most.
+pub(crate) fn rows_per_insert(extra: usize) -> usize {
+    (MAX_BOUND_PARAMETERS / (INSERT_COLUMNS.len() + extra)).max(1)
+}
 
 /// The statements of the backend.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Query {
     Schema,
     EventInsert,
+    EventInsertMany,
     EventGet,
-    EventGetByIdempotencyKey,
+    EventGetByIdempotencyKeys,
     EventLease,
     EventLeaseExtend,
     EventMarkDelivered,
@@ -37,6 +86,8 @@ pub(crate) enum Query {
     EventDeletePublished,
     EventDeleteDeadLettered,
     Backlog,
+    TableColumns,
+    AddColumn,
 }
 
 impl Query {
@@ -44,8 +95,9 @@ impl Query {
         match self {
             Query::Schema => SCHEMA,
             Query::EventInsert => EVENT_INSERT,
+            Query::EventInsertMany => EVENT_INSERT_MANY,
             Query::EventGet => EVENT_GET,
-            Query::EventGetByIdempotencyKey => EVENT_GET_BY_IDEMPOTENCY_KEY,
+            Query::EventGetByIdempotencyKeys => EVENT_GET_BY_IDEMPOTENCY_KEYS,
             Query::EventLease => EVENT_LEASE,
             Query::EventLeaseExtend => EVENT_LEASE_EXTEND,
             Query::EventMarkDelivered => EVENT_MARK_DELIVERED,
@@ -54,11 +106,19 @@ impl Query {
             Query::EventDeletePublished => EVENT_DELETE_PUBLISHED,
             Query::EventDeleteDeadLettered => EVENT_DELETE_DEAD_LETTERED,
             Query::Backlog => BACKLOG,
+            Query::TableColumns => TABLE_COLUMNS,
+            Query::AddColumn => ADD_COLUMN,
         }
     }
 
-    /// The statement's text for `table`.
+    /// The statement's text for `table`. The statements with per-message placeholders are
+    /// rendered by [`event_insert`], [`event_insert_many`] and [`add_column`].
     pub(crate) fn render(self, table: &OutboxTable) -> String {
+        self.render_with(table, &[])
+    }
+
+    /// The statement's text for `table`, with `more` placeholders filled as well.
+    fn render_with(self, table: &OutboxTable, more: &[(&str, String)]) -> String {
         let name = table.name();
         let table_name = quote_ident(name);
         let (qualified, schema_prefix) = match table.schema() {
@@ -69,7 +129,32 @@ impl Query {
             None => (table_name.clone(), String::new()),
         };
         let index = |suffix: &str| quote_ident(&format!("{name}_{suffix}"));
-        let replacements = [
+        let columns = COLUMNS
+            .iter()
+            .map(|c| (*c).to_owned())
+            .chain(table.columns().iter().map(|c| quote_ident(c.name())))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let extra_column_defs: String = table
+            .columns()
+            .iter()
+            .map(|c| format!(",\n    {}", column_def(c, false)))
+            .collect();
+        let (idempotency_key_unique, idempotency_constraint) = match table.idempotency_scope() {
+            // The column constraint of every table created before scopes existed: the same
+            // UNIQUE (idempotency_key), and the same DDL for a table without extra columns.
+            IdempotencyScope::Table => (" UNIQUE".to_owned(), String::new()),
+            IdempotencyScope::PerTenant => (
+                String::new(),
+                format!(
+                    ",\n    CONSTRAINT {} UNIQUE ({}, idempotency_key)",
+                    index("tenant_idempotency_key_key"),
+                    quote_ident(table.tenant_column().unwrap_or_default())
+                ),
+            ),
+            IdempotencyScope::None => (String::new(), String::new()),
+        };
+        let mut replacements = vec![
             ("{table}", qualified),
             ("{table_name}", table_name),
             ("{schema_prefix}", schema_prefix),
@@ -78,14 +163,135 @@ impl Query {
             ("{published_idx}", index("published_idx")),
             ("{dead_idx}", index("dead_idx")),
             ("{topic_idx}", index("topic_idx")),
+            ("{columns}", columns),
+            ("{idempotency_key_unique}", idempotency_key_unique),
+            ("{extra_column_defs}", extra_column_defs),
+            ("{idempotency_constraint}", idempotency_constraint),
+            ("{on_conflict}", on_conflict(table)),
         ];
-        // The values hold quoted identifiers only, never a `{`, so no replacement feeds another.
+        replacements.extend(more.iter().cloned());
+        // The values hold quoted identifiers, `?` and SQL keywords only, never a `{`, so no
+        // replacement feeds another.
         replacements
             .iter()
             .fold(self.template().to_owned(), |sql, (placeholder, value)| {
                 sql.replace(placeholder, value)
             })
     }
+}
+
+/// `ON CONFLICT` for the table's idempotency scope (nothing when keys have no unique constraint).
+fn on_conflict(table: &OutboxTable) -> String {
+    match table.idempotency_scope() {
+        IdempotencyScope::Table => "ON CONFLICT (idempotency_key) DO NOTHING".to_owned(),
+        IdempotencyScope::PerTenant => format!(
+            "ON CONFLICT ({}, idempotency_key) DO NOTHING",
+            quote_ident(table.tenant_column().unwrap_or_default())
+        ),
+        IdempotencyScope::None => String::new(),
+    }
+}
+
+/// The columns an insert of a message setting the `extra` columns writes, in binding order.
+fn insert_columns(extra: &[&str]) -> String {
+    INSERT_COLUMNS
+        .iter()
+        .map(|c| (*c).to_owned())
+        .chain(extra.iter().map(|c| quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The single-row insert of a message setting the `extra` columns (in the table's order).
+pub(crate) fn event_insert(table: &OutboxTable, extra: &[&str]) -> String {
+    let values: Vec<String> = (1..=INSERT_COLUMNS.len() + extra.len())
+        .map(|i| format!("?{i}"))
+        .collect();
+    Query::EventInsert.render_with(
+        table,
+        &[
+            ("{insert_columns}", insert_columns(extra)),
+            ("{insert_values}", values.join(", ")),
+        ],
+    )
+}
+
+/// The insert of `rows` messages setting the `extra` columns, in one statement; `rows` is at most
+/// [`rows_per_insert`].
+pub(crate) fn event_insert_many(table: &OutboxTable, extra: &[&str], rows: usize) -> String {
+    let row = format!(
+        "({})",
+        vec!["?"; INSERT_COLUMNS.len() + extra.len()].join(", ")
+    );
+    Query::EventInsertMany.render_with(
+        table,
+        &[
+            ("{insert_columns}", insert_columns(extra)),
+            ("{insert_rows}", vec![row; rows].join(",\n       ")),
+        ],
+    )
+}
+
+/// The `ALTER TABLE … ADD COLUMN` of an extra column missing from an existing table.
+pub(crate) fn add_column(table: &OutboxTable, column: &ExtraColumn) -> String {
+    Query::AddColumn.render_with(table, &[("{column_def}", column_def(column, true))])
+}
+
+/// The SQLite type of a portable column type.
+pub(crate) fn sql_type(column_type: ColumnType) -> &'static str {
+    match column_type {
+        ColumnType::BigInt | ColumnType::Boolean => "INTEGER",
+        ColumnType::Text | ColumnType::Uuid | ColumnType::Timestamp | ColumnType::Json => "TEXT",
+    }
+}
+
+/// The definition of an extra column: in `CREATE TABLE`, or (`adding`) in `ADD COLUMN`, where
+/// SQLite refuses `NOT NULL` without a default and a `CHECK` stands in for it.
+///
+/// A foreign key names its table without schema: SQLite's `REFERENCES` takes a table of the
+/// child's own database only ([`check_references`] refuses another database).
+fn column_def(column: &ExtraColumn, adding: bool) -> String {
+    let name = quote_ident(column.name());
+    let mut def = format!("{name} {}", sql_type(column.column_type()));
+    if column.is_not_null() {
+        if adding {
+            def.push_str(&format!(" CHECK ({name} IS NOT NULL)"));
+        } else {
+            def.push_str(" NOT NULL");
+        }
+    }
+    if let Some((table, referenced)) = column.referenced() {
+        let table = table.rsplit('.').next().unwrap_or(table);
+        def.push_str(&format!(
+            " REFERENCES {} ({}) ON DELETE CASCADE",
+            quote_ident(table),
+            quote_ident(referenced)
+        ));
+    }
+    def
+}
+
+/// Refuses a foreign key to a table of another database than the outbox table's: SQLite
+/// enforces foreign keys within one database only.
+///
+/// # Errors
+/// [`Error::Configuration`] naming the column and both databases.
+pub(crate) fn check_references(table: &OutboxTable) -> Result<()> {
+    let database = table.schema().unwrap_or("main");
+    for column in table.columns() {
+        let Some((referenced, _)) = column.referenced() else {
+            continue;
+        };
+        if let Some((schema, _)) = referenced.rsplit_once('.')
+            && !schema.eq_ignore_ascii_case(database)
+        {
+            return Err(Error::configuration(format!(
+                "outbox table {table}: extra column {:?} references {referenced:?} in database {schema:?}, but SQLite foreign keys stay within one database ({database:?}, the outbox table's)",
+                column.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A quoted SQL identifier: `"name"`, with inner double quotes doubled.
@@ -120,12 +326,22 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_filled() {
-        let table = OutboxTable::parse("main.outbox").expect("valid name");
+        let table = OutboxTable::parse("main.outbox")
+            .expect("valid name")
+            .with_column(ExtraColumn::new("tenant", ColumnType::Text).expect("valid column"))
+            .expect("new column")
+            .with_tenant_column("tenant")
+            .expect("tenant column");
+        let tenant = table.column("tenant").expect("declared").clone();
+        let mut rendered = vec![
+            event_insert(&table, &["tenant"]),
+            event_insert_many(&table, &["tenant"], 3),
+            add_column(&table, &tenant),
+        ];
         for query in [
             Query::Schema,
-            Query::EventInsert,
             Query::EventGet,
-            Query::EventGetByIdempotencyKey,
+            Query::EventGetByIdempotencyKeys,
             Query::EventLease,
             Query::EventLeaseExtend,
             Query::EventMarkDelivered,
@@ -134,9 +350,108 @@ mod tests {
             Query::EventDeletePublished,
             Query::EventDeleteDeadLettered,
             Query::Backlog,
+            Query::TableColumns,
         ] {
-            let sql = query.render(&table).replace("'{}'", "");
-            assert!(!sql.contains('{') && !sql.contains('}'), "{query:?}: {sql}");
+            rendered.push(query.render(&table));
         }
+        for sql in rendered {
+            let sql = sql.replace("'{}'", "");
+            assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
+        }
+    }
+
+    #[test]
+    fn extra_columns_and_scopes_in_the_ddl() {
+        let base = || {
+            OutboxTable::parse("outbox")
+                .expect("valid name")
+                .with_column(
+                    ExtraColumn::new("tenant_id", ColumnType::BigInt)
+                        .expect("valid")
+                        .not_null(),
+                )
+                .expect("column")
+                .with_column(
+                    ExtraColumn::new("sub", ColumnType::BigInt)
+                        .expect("valid")
+                        .references("main.subs", "id")
+                        .expect("valid"),
+                )
+                .expect("column")
+                .with_tenant_column("tenant_id")
+                .expect("tenant")
+        };
+        let table = base();
+        let sql = Query::Schema.render(&table);
+        assert!(sql.contains("idempotency_key TEXT UNIQUE,"), "{sql}");
+        assert!(
+            sql.contains(
+                "dead_lettered_at TEXT,\n    \"tenant_id\" INTEGER NOT NULL,\n    \"sub\" INTEGER REFERENCES \"subs\" (\"id\") ON DELETE CASCADE\n);"
+            ),
+            "{sql}"
+        );
+        assert!(event_insert(&table, &[]).contains("ON CONFLICT (idempotency_key) DO NOTHING"));
+        check_references(&table).expect("same database");
+
+        let per_tenant = base()
+            .with_idempotency_scope(IdempotencyScope::PerTenant)
+            .expect("scope");
+        let sql = Query::Schema.render(&per_tenant);
+        assert!(sql.contains("idempotency_key TEXT,"), "{sql}");
+        assert!(
+            sql.contains("CONSTRAINT \"outbox_tenant_idempotency_key_key\" UNIQUE (\"tenant_id\", idempotency_key)\n);"),
+            "{sql}"
+        );
+        assert!(
+            event_insert_many(&per_tenant, &["tenant_id"], 2)
+                .contains("ON CONFLICT (\"tenant_id\", idempotency_key) DO NOTHING")
+        );
+
+        let none = base()
+            .with_idempotency_scope(IdempotencyScope::None)
+            .expect("scope");
+        let sql = Query::Schema.render(&none);
+        assert!(
+            !sql.contains("UNIQUE (") && sql.contains("idempotency_key TEXT,"),
+            "{sql}"
+        );
+        assert!(!event_insert(&none, &[]).contains("ON CONFLICT"));
+
+        let tenant = table.column("tenant_id").expect("declared");
+        assert_eq!(
+            add_column(&table, tenant).lines().last(),
+            Some(
+                "ALTER TABLE \"outbox\" ADD COLUMN \"tenant_id\" INTEGER CHECK (\"tenant_id\" IS NOT NULL)"
+            )
+        );
+        let elsewhere = OutboxTable::parse("outbox")
+            .expect("valid")
+            .with_column(
+                ExtraColumn::new("sub", ColumnType::BigInt)
+                    .expect("valid")
+                    .references("other.subs", "id")
+                    .expect("valid"),
+            )
+            .expect("column");
+        assert!(matches!(
+            check_references(&elsewhere),
+            Err(Error::Configuration(_))
+        ));
+    }
+
+    #[test]
+    fn rows_per_insert_stay_within_the_parameter_limit() {
+        assert_eq!(rows_per_insert(0), 4680);
+        assert_eq!(rows_per_insert(3), 3276);
+        for extra in 0..40 {
+            assert!(
+                rows_per_insert(extra) * (INSERT_COLUMNS.len() + extra) <= MAX_BOUND_PARAMETERS
+            );
+        }
+        let sql = event_insert_many(&OutboxTable::default(), &[], 2);
+        assert!(
+            sql.contains("VALUES (?, ?, ?, ?, ?, ?, ?),\n       (?, ?, ?, ?, ?, ?, ?)\n"),
+            "{sql}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 mod common;
 mod enqueue;
+mod enqueue_spec;
 mod marks;
 mod relay;
 mod relay_ops;

@@ -1,0 +1,2 @@
+-- Removes the context headers. {table} the context table.
+DELETE FROM {table}
