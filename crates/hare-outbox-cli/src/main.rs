@@ -1,1 +1,171 @@
-fn main() {}
+//! The `hare-outbox` command: `migrate`, `schema`, `relay` and `demo`.
+//!
+//! Exit codes: 0 after a clean stop, 2 for a bad config file, option or environment variable, 1
+//! for a failure at run time. Logs go to stderr; events delivered to stdout go to stdout.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use hare_outbox::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[macro_use]
+mod commands;
+mod cli;
+mod config;
+mod demo;
+mod error;
+
+use cli::{Cli, Command};
+use error::{EXIT_OK, EXIT_USAGE, exit_code};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        // The demo prints its own journal; library warnings about the simulated failures would
+        // only repeat it.
+        Command::Demo(_) => "error",
+        _ => "info",
+    };
+    if let Err(e) = init_logging(cli.log_level.as_deref(), default_filter) {
+        eprintln!("hare-outbox: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("hare-outbox: cannot start the async runtime: {e}");
+            return ExitCode::from(error::EXIT_RUNTIME);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(e) => {
+            eprintln!("hare-outbox: error: {}", error::render(&e));
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let Cli {
+        config,
+        database_url,
+        table,
+        command,
+        ..
+    } = cli;
+    if let Command::Demo(args) = command {
+        let shutdown = CancellationToken::new();
+        watch_signals(shutdown.clone(), "stopping the workload and the relay");
+        return demo::run(args, shutdown).await;
+    }
+    let overrides = config::Overrides {
+        database_url,
+        table,
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let settings = config::load(config.as_deref(), overrides, &env)?;
+    for warning in &settings.warnings {
+        tracing::warn!("{warning}");
+    }
+    match command {
+        Command::Migrate => commands::migrate(&settings).await,
+        Command::Schema => commands::schema(&settings),
+        Command::Relay(args) => {
+            let shutdown = CancellationToken::new();
+            watch_signals(shutdown.clone(), "finishing the batch in flight");
+            commands::relay(&settings, args.migrate, shutdown).await
+        }
+        Command::Demo(_) => unreachable!("handled above"),
+    }
+}
+
+fn init_logging(level: Option<&str>, default_filter: &str) -> anyhow::Result<()> {
+    let filter = match level {
+        Some(level) => EnvFilter::try_new(level).map_err(|e| {
+            error::usage(format!(
+                "--log-level {level:?} is not a log filter ({e}); use e.g. error, warn, info, debug or hare_outbox=debug"
+            ))
+        })?,
+        None => match std::env::var("RUST_LOG") {
+            Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value).map_err(|e| {
+                error::usage(format!("RUST_LOG {value:?} is not a log filter ({e})"))
+            })?,
+            _ => EnvFilter::new(default_filter),
+        },
+    };
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .with_target(false)
+        .init();
+    Ok(())
+}
+
+/// Cancels `token` on the first SIGINT or SIGTERM; a second one ends the process at once.
+///
+/// The handlers are registered before this returns, so a signal that arrives at any later moment
+/// is a graceful stop, never the default kill.
+fn watch_signals(token: CancellationToken, what: &'static str) {
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGINT/SIGTERM ({e}); stop the process with SIGKILL");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        let name = signals.next().await;
+        tracing::info!("{name} received: {what} (send it again to exit at once)");
+        token.cancel();
+        let name = signals.next().await;
+        eprintln!("hare-outbox: {name} received again: exiting without waiting");
+        std::process::exit(130);
+    });
+}
+
+#[cfg(unix)]
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
+}
+
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals)
+    }
+
+    async fn next(&mut self) -> &'static str {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}

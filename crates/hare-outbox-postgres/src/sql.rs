@@ -40,8 +40,11 @@ pub(crate) struct Statements {
     pub(crate) event_delete_dead_lettered: Arc<str>,
     pub(crate) backlog: Arc<str>,
     /// Rendered inserts by (multi-row?, extra columns).
-    inserts: Mutex<HashMap<(bool, Vec<String>), Arc<str>>>,
+    inserts: Mutex<HashMap<InsertKey, Arc<str>>>,
 }
+
+/// (multi-row?, extra columns) of a rendered insert.
+type InsertKey = (bool, Vec<String>);
 
 /// Statements rendered once per table and process.
 static CACHE: LazyLock<Mutex<HashMap<OutboxTable, Arc<Statements>>>> =

@@ -108,7 +108,7 @@ async fn in_transaction_mode_notifies_at_commit_from_any_transaction() {
         "nothing before commit"
     );
     tx.commit().await.unwrap();
-    let mut got = vec![next(&mut sub).await, next(&mut sub).await].concat();
+    let mut got = [next(&mut sub).await, next(&mut sub).await].concat();
     got.sort();
     assert_eq!(got, ["b", "c"], "coalesced per topic by PostgreSQL");
     let mut tx = schema.pool.begin().await.unwrap();

@@ -60,9 +60,12 @@ impl TestSchema {
 
     /// Drops the schema and closes the pool.
     pub async fn drop_schema(self) {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{}\" CASCADE", self.name)))
-            .execute(&self.pool)
-            .await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{}\" CASCADE",
+            self.name
+        )))
+        .execute(&self.pool)
+        .await;
         self.pool.close().await;
     }
 }

@@ -36,6 +36,7 @@ fn event(topic: &str, payload: Value, headers: Value) -> OutboxEvent {
         leased_by: None,
         published_at: None,
         dead_lettered_at: None,
+        extra: Map::new(),
     }
 }
 

@@ -1,0 +1,184 @@
+//! `migrate`, `schema` and `relay`: written once, generic over the backend.
+
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hare_outbox::postgres::PgBackend;
+use hare_outbox::sqlite::SqliteBackend;
+use hare_outbox::{Backend, CancellationToken, Outbox, OutboxRelay};
+use sqlx::Connection as _;
+
+use crate::config::{Database, DbKind, Settings};
+use crate::error::{redact_url, usage};
+
+/// How long connecting to the database may take at start-up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A connected (or, for `schema`, lazily connecting) backend of either kind.
+pub enum Db {
+    /// PostgreSQL.
+    Postgres(PgBackend),
+    /// SQLite.
+    Sqlite(SqliteBackend),
+}
+
+/// Runs `$body` with `$backend` bound to the backend inside `$db`, whatever its type.
+macro_rules! with_backend {
+    ($db:expr, $backend:ident => $body:expr) => {
+        match $db {
+            $crate::commands::Db::Postgres($backend) => $body,
+            $crate::commands::Db::Sqlite($backend) => $body,
+        }
+    };
+}
+
+impl Db {
+    /// Connects to `database`.
+    ///
+    /// # Errors
+    /// When the database cannot be reached or the URL is refused by the driver.
+    pub async fn connect(database: &Database) -> anyhow::Result<Db> {
+        let shown = redact_url(&database.url);
+        match database.kind {
+            DbKind::Postgres => {
+                let options = sqlx::postgres::PgConnectOptions::from_str(&database.url)
+                    .map_err(|e| usage(format!("database URL {shown} is not valid: {e}")))?;
+                // One plain connection first: a pool reports only "timed out", this says why.
+                let first = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    sqlx::PgConnection::connect_with(&options),
+                )
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "connecting to {shown} failed: no answer within {} s",
+                        CONNECT_TIMEOUT.as_secs()
+                    )
+                })?
+                .with_context(|| format!("connecting to {shown} failed"))?;
+                first.close().await.ok();
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(5)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .connect_with(options)
+                    .await
+                    .with_context(|| format!("connecting to {shown} failed"))?;
+                Ok(Db::Postgres(PgBackend::new(pool)))
+            }
+            DbKind::Sqlite => {
+                let pool = hare_outbox::sqlite::connect(&database.url)
+                    .await
+                    .with_context(|| format!("opening {shown} failed"))?;
+                Ok(Db::Sqlite(SqliteBackend::new(pool)))
+            }
+        }
+    }
+
+    /// A backend that connects only when first used: enough to print its DDL.
+    ///
+    /// # Errors
+    /// When the driver refuses the URL.
+    pub fn lazy(database: &Database) -> anyhow::Result<Db> {
+        let shown = redact_url(&database.url);
+        Ok(match database.kind {
+            DbKind::Postgres => Db::Postgres(PgBackend::new(
+                sqlx::PgPool::connect_lazy(&database.url)
+                    .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
+            )),
+            DbKind::Sqlite => Db::Sqlite(SqliteBackend::new(
+                sqlx::SqlitePool::connect_lazy(&database.url)
+                    .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
+            )),
+        })
+    }
+}
+
+/// `hare-outbox schema`: prints the DDL.
+///
+/// # Errors
+/// A usage error when no database URL is set.
+pub fn schema(settings: &Settings) -> anyhow::Result<()> {
+    let db = Db::lazy(settings.database()?)?;
+    let sql =
+        with_backend!(db, backend => Outbox::new(backend, settings.table.clone()).schema_sql());
+    println!("{}", sql.trim_end());
+    Ok(())
+}
+
+/// `hare-outbox migrate`: creates the table and indexes if missing.
+///
+/// # Errors
+/// When the database is unreachable or refuses the DDL.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    let database = settings.database()?;
+    let db = Db::connect(database).await?;
+    with_backend!(db, backend => migrate_on(backend, settings).await)
+}
+
+async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Result<()> {
+    let outbox = Outbox::new(backend, settings.table.clone());
+    outbox
+        .migrate()
+        .await
+        .with_context(|| format!("creating the outbox table {} failed", settings.table))?;
+    tracing::info!(
+        backend = outbox.backend().name(),
+        table = %settings.table,
+        "outbox table is in place"
+    );
+    Ok(())
+}
+
+/// `hare-outbox relay`: delivers until `shutdown` is cancelled, then finishes the batch in
+/// flight, marks it and returns.
+///
+/// # Errors
+/// When the delivery or relay options are refused, or the database is unreachable at start.
+pub async fn relay(
+    settings: &Settings,
+    create_table: bool,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let database = settings.database()?;
+    let delivery = settings.delivery.build()?;
+    // Validate before connecting, so a config mistake is reported as one.
+    settings.relay.validate()?;
+    let db = Db::connect(database).await?;
+    with_backend!(db, backend => relay_on(backend, settings, delivery, create_table, shutdown).await)
+}
+
+async fn relay_on<B: Backend>(
+    backend: B,
+    settings: &Settings,
+    delivery: std::sync::Arc<dyn hare_outbox::Delivery>,
+    create_table: bool,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let outbox = Outbox::new(backend, settings.table.clone());
+    if create_table {
+        migrate_on(outbox.backend().clone(), settings).await?;
+    }
+    let config = settings.relay.clone();
+    tracing::info!(
+        backend = outbox.backend().name(),
+        table = %settings.table,
+        delivery = %settings.delivery.describe(),
+        name = %config.name,
+        poll_interval_seconds = config.poll_interval.as_secs_f64(),
+        batch_size = config.batch_size,
+        lease_seconds = config.lease.as_secs_f64(),
+        "relay starting"
+    );
+    let relay = OutboxRelay::new(outbox, delivery, config)?;
+    relay.run(shutdown).await?;
+    let stats = relay.stats();
+    tracing::info!(
+        delivered = stats.delivered,
+        failed = stats.failed,
+        dead_lettered = stats.dead_lettered,
+        polls = stats.polls,
+        "relay stopped cleanly"
+    );
+    Ok(())
+}

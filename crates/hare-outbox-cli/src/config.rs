@@ -1,0 +1,748 @@
+//! The TOML config file, the environment overrides, and the settings resolved from both.
+//!
+//! Precedence, highest first: command-line flag, environment variable, config file, default.
+//! Secrets are never read from the file itself: only from an environment variable
+//! (`secret_env`) or a file of their own (`secret_file`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hare_outbox::{Delivery, JsonLinesDelivery, OutboxTable, RelayConfig};
+use serde::Deserialize;
+
+use crate::cli::DEFAULT_CONFIG_FILE;
+use crate::error::{redact_url, usage};
+
+/// Overrides the webhook URL of the config file.
+pub const ENV_WEBHOOK_URL: &str = "HARE_OUTBOX_WEBHOOK_URL";
+/// The environment variable read for the webhook secret when `secret_env` is not set.
+pub const ENV_WEBHOOK_SECRET: &str = "HARE_OUTBOX_WEBHOOK_SECRET";
+
+/// The config file as written: every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `postgres://…`, `postgresql://…` or `sqlite:FILE`.
+    pub database_url: Option<String>,
+    /// The outbox table, `name` or `schema.name`.
+    pub table: Option<String>,
+    /// Relay options.
+    #[serde(default)]
+    pub relay: RelaySection,
+    /// Where events go.
+    pub delivery: Option<DeliverySection>,
+}
+
+/// `[relay]`: every option of [`RelayConfig`], durations in seconds (fractions allowed).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    /// Relay name written to `leased_by`.
+    pub name: Option<String>,
+    /// Wait between polls that found less than a full batch.
+    pub poll_interval_seconds: Option<f64>,
+    /// Most events leased per poll, 1 to 10000.
+    pub batch_size: Option<i64>,
+    /// Attempts before an event is dead-lettered.
+    pub max_delivery_attempts: Option<i64>,
+    /// First retry delay, doubled per attempt.
+    pub retry_base_seconds: Option<f64>,
+    /// Longest retry delay.
+    pub retry_max_seconds: Option<f64>,
+    /// How long a leased batch is held.
+    pub lease_seconds: Option<f64>,
+    /// How long one delivery may take; below `lease_seconds`.
+    pub delivery_timeout_seconds: Option<f64>,
+    /// Events delivered at once.
+    pub concurrency: Option<i64>,
+    /// Topics this relay handles: exact names or prefixes ending in `*`; absent = every topic.
+    pub topics: Option<Vec<String>>,
+    /// Topics left to other relays, same patterns as `topics`.
+    pub exclude_topics: Option<Vec<String>>,
+    /// Rows deleted per statement by the clean-ups, 1 to 100000.
+    pub cleanup_batch_size: Option<i64>,
+    /// How often the backlog gauges are refreshed; 0 turns the refresh off.
+    pub backlog_interval_seconds: Option<f64>,
+}
+
+/// `[delivery]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverySection {
+    /// `stdout` or `webhook`.
+    pub kind: Option<DeliveryKind>,
+    /// Webhook: the URL events are POSTed to.
+    pub url: Option<String>,
+    /// Webhook: timeout of one request.
+    pub timeout_seconds: Option<f64>,
+    /// Webhook: extra headers sent with every request.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Webhook: the header carrying the HMAC-SHA256 signature.
+    pub signature_header: Option<String>,
+    /// Webhook: the environment variable holding the signing secret.
+    pub secret_env: Option<String>,
+    /// Webhook: a file holding the signing secret (relative to the config file).
+    pub secret_file: Option<PathBuf>,
+    /// Refused with an explanation: secrets do not belong in the config file.
+    pub secret: Option<toml::Value>,
+}
+
+/// The kinds of delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryKind {
+    /// JSON lines on standard output.
+    Stdout,
+    /// HTTP POST to a URL.
+    Webhook,
+}
+
+/// Which backend a database URL selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `sqlite:`.
+    Sqlite,
+}
+
+impl DbKind {
+    /// The backend for `url`, by its scheme.
+    ///
+    /// # Errors
+    /// A usage error naming the URL and the schemes allowed.
+    pub fn from_url(url: &str) -> anyhow::Result<DbKind> {
+        let lower = url.trim_start().to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            Ok(DbKind::Postgres)
+        } else if lower.starts_with("sqlite:") {
+            Ok(DbKind::Sqlite)
+        } else {
+            Err(usage(format!(
+                "database URL {:?} has an unsupported scheme; allowed: postgres://…, postgresql://… or sqlite:FILE",
+                redact_url(url)
+            )))
+        }
+    }
+}
+
+/// A database URL with the backend its scheme selects.
+#[derive(Debug, Clone)]
+pub struct Database {
+    /// The URL as given.
+    pub url: String,
+    /// The backend.
+    pub kind: DbKind,
+}
+
+/// Where the relay delivers, resolved.
+#[derive(Debug, Clone)]
+pub enum DeliverySettings {
+    /// JSON lines on standard output.
+    Stdout,
+    /// HTTP POST to a URL.
+    Webhook(WebhookSettings),
+}
+
+/// A webhook delivery, resolved.
+#[derive(Clone)]
+pub struct WebhookSettings {
+    /// The URL.
+    pub url: String,
+    /// Timeout of one request.
+    pub timeout: Option<Duration>,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// The signature header name.
+    pub signature_header: Option<String>,
+    /// The signing secret, if any.
+    pub secret: Option<Vec<u8>>,
+    /// Where the secret came from, for the start-up log.
+    pub secret_source: Option<String>,
+}
+
+impl std::fmt::Debug for WebhookSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSettings")
+            .field("url", &self.url)
+            .field("timeout", &self.timeout)
+            .field("headers", &self.headers)
+            .field("signature_header", &self.signature_header)
+            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("secret_source", &self.secret_source)
+            .finish()
+    }
+}
+
+/// Everything the commands need, resolved from flags, environment, config file and defaults.
+#[derive(Debug)]
+pub struct Settings {
+    /// The config file read, if any.
+    pub config_file: Option<PathBuf>,
+    /// The database, if a URL was given anywhere.
+    pub database: Option<Database>,
+    /// The outbox table.
+    pub table: OutboxTable,
+    /// Relay options, validated.
+    pub relay: RelayConfig,
+    /// The delivery.
+    pub delivery: DeliverySettings,
+    /// Things worth a warning once logging is up.
+    pub warnings: Vec<String>,
+}
+
+/// Values from flags and their environment variables (clap reads both).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--database-url` / `HARE_OUTBOX_DATABASE_URL`.
+    pub database_url: Option<String>,
+    /// `--table` / `HARE_OUTBOX_TABLE`.
+    pub table: Option<String>,
+}
+
+impl Settings {
+    /// The database, or a usage error saying where to set it.
+    ///
+    /// # Errors
+    /// A usage error when no URL was given.
+    pub fn database(&self) -> anyhow::Result<&Database> {
+        self.database.as_ref().ok_or_else(|| {
+            usage(format!(
+                "no database URL: set database_url in the config file ({}), the environment variable HARE_OUTBOX_DATABASE_URL or --database-url",
+                self.config_file
+                    .as_deref()
+                    .map_or_else(|| format!("none read; {DEFAULT_CONFIG_FILE} is looked for in the current directory"), |p| p.display().to_string())
+            ))
+        })
+    }
+}
+
+/// Reads the config file (`explicit`, else `hare-outbox.toml` when it exists) and resolves the
+/// settings with `overrides` and the environment as `env` reports it.
+///
+/// # Errors
+/// A usage error naming the file, the key and what is allowed.
+pub fn load(
+    explicit: Option<&Path>,
+    overrides: Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Settings> {
+    let path = match explicit {
+        Some(path) => Some(path.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.is_file()),
+    };
+    let file = match &path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("cannot read config file {}: {e}", path.display())))?;
+            parse(&text).map_err(|e| usage(format!("config file {}: {e}", path.display())))?
+        }
+        None => FileConfig::default(),
+    };
+    resolve(file, path, overrides, env)
+}
+
+/// Parses the text of a config file.
+///
+/// # Errors
+/// The TOML error, which names the line, the key and the keys or values allowed.
+pub fn parse(text: &str) -> Result<FileConfig, toml::de::Error> {
+    toml::from_str(text)
+}
+
+/// Resolves a parsed config file with overrides and the environment.
+///
+/// # Errors
+/// A usage error naming the key and what is allowed.
+pub fn resolve(
+    file: FileConfig,
+    path: Option<PathBuf>,
+    overrides: Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Settings> {
+    let in_file = path
+        .as_deref()
+        .map_or_else(String::new, |p| format!(" in {}", p.display()));
+    let mut warnings = Vec::new();
+
+    let database = match non_empty(overrides.database_url).or(non_empty(file.database_url)) {
+        Some(url) => Some(Database {
+            kind: DbKind::from_url(&url)?,
+            url,
+        }),
+        None => None,
+    };
+
+    let table = match non_empty(overrides.table).or(non_empty(file.table)) {
+        Some(name) => OutboxTable::parse(&name).with_context(|| format!("table{in_file}"))?,
+        None => OutboxTable::default(),
+    };
+
+    let relay = relay_config(&file.relay).with_context(|| format!("[relay]{in_file}"))?;
+
+    let base_dir = path
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let delivery = delivery_settings(file.delivery, &base_dir, env, &mut warnings)
+        .with_context(|| format!("[delivery]{in_file}"))?;
+
+    Ok(Settings {
+        config_file: path,
+        database,
+        table,
+        relay,
+        delivery,
+        warnings,
+    })
+}
+
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.trim().is_empty())
+}
+
+fn seconds(key: &str, value: f64, zero_ok: bool) -> anyhow::Result<Duration> {
+    let bad = !value.is_finite() || value < 0.0 || (!zero_ok && value == 0.0);
+    let result = if bad {
+        None
+    } else {
+        Duration::try_from_secs_f64(value).ok()
+    };
+    result.ok_or_else(|| {
+        let allowed = if zero_ok {
+            "a number of seconds, 0 or more"
+        } else {
+            "a number of seconds above 0"
+        };
+        usage(format!("{key} = {value} is not allowed; use {allowed}"))
+    })
+}
+
+fn count<T: TryFrom<i64>>(key: &str, value: i64, allowed: &str) -> anyhow::Result<T> {
+    T::try_from(value).map_err(|_| usage(format!("{key} = {value} is not allowed; use {allowed}")))
+}
+
+/// Builds and validates the relay options.
+///
+/// # Errors
+/// A usage error naming the key and the values allowed.
+pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
+    let mut config = RelayConfig::default();
+    if let Some(name) = &section.name {
+        config = config.with_name(name.clone());
+    }
+    if let Some(v) = section.poll_interval_seconds {
+        config = config.with_poll_interval(seconds("poll_interval_seconds", v, false)?);
+    }
+    if let Some(v) = section.batch_size {
+        config = config.with_batch_size(count("batch_size", v, "1 to 10000")?);
+    }
+    if let Some(v) = section.max_delivery_attempts {
+        config = config.with_max_delivery_attempts(count("max_delivery_attempts", v, "1 or more")?);
+    }
+    if let Some(v) = section.retry_base_seconds {
+        config = config.with_retry_base(seconds("retry_base_seconds", v, true)?);
+    }
+    if let Some(v) = section.retry_max_seconds {
+        config = config.with_retry_max(seconds("retry_max_seconds", v, true)?);
+    }
+    if let Some(v) = section.lease_seconds {
+        config = config.with_lease(seconds("lease_seconds", v, false)?);
+    }
+    if let Some(v) = section.delivery_timeout_seconds {
+        config = config.with_delivery_timeout(seconds("delivery_timeout_seconds", v, false)?);
+    }
+    if let Some(v) = section.concurrency {
+        config = config.with_concurrency(count("concurrency", v, "1 or more")?);
+    }
+    if let Some(topics) = &section.topics {
+        config = config.with_topics(topics.iter().cloned());
+    }
+    if let Some(topics) = &section.exclude_topics {
+        config = config.with_exclude_topics(topics.iter().cloned());
+    }
+    if let Some(v) = section.cleanup_batch_size {
+        config = config.with_cleanup_batch_size(count("cleanup_batch_size", v, "1 to 100000")?);
+    }
+    if let Some(v) = section.backlog_interval_seconds {
+        config = config.with_backlog_interval(seconds("backlog_interval_seconds", v, true)?);
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn delivery_settings(
+    section: Option<DeliverySection>,
+    base_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<DeliverySettings> {
+    let url_from_env = non_empty(env(ENV_WEBHOOK_URL));
+    let section_given = section.is_some();
+    let section = section.unwrap_or_default();
+    if section.secret.is_some() {
+        return Err(usage(format!(
+            "secret is not read from the config file; put the secret in the environment variable named by secret_env (default {ENV_WEBHOOK_SECRET}) or in a file named by secret_file"
+        )));
+    }
+    let kind = match section.kind {
+        Some(kind) => kind,
+        None if section_given => {
+            return Err(usage(
+                "kind is missing; allowed: kind = \"stdout\" or kind = \"webhook\"",
+            ));
+        }
+        None if url_from_env.is_some() => DeliveryKind::Webhook,
+        None => DeliveryKind::Stdout,
+    };
+    if kind == DeliveryKind::Stdout {
+        let webhook_keys = [
+            ("url", section.url.is_some()),
+            ("timeout_seconds", section.timeout_seconds.is_some()),
+            ("headers", section.headers.is_some()),
+            ("signature_header", section.signature_header.is_some()),
+            ("secret_env", section.secret_env.is_some()),
+            ("secret_file", section.secret_file.is_some()),
+        ];
+        if let Some((key, _)) = webhook_keys.iter().find(|(_, set)| *set) {
+            return Err(usage(format!(
+                "{key} applies to kind = \"webhook\" only; this delivery is kind = \"stdout\""
+            )));
+        }
+        if url_from_env.is_some() {
+            warnings.push(format!(
+                "{ENV_WEBHOOK_URL} is ignored: the config file chooses kind = \"stdout\""
+            ));
+        }
+        return Ok(DeliverySettings::Stdout);
+    }
+
+    let url = url_from_env.or(non_empty(section.url)).ok_or_else(|| {
+        usage(format!(
+            "kind = \"webhook\" needs url (or the environment variable {ENV_WEBHOOK_URL})"
+        ))
+    })?;
+    let timeout = section
+        .timeout_seconds
+        .map(|v| seconds("timeout_seconds", v, false))
+        .transpose()?;
+    let (secret, secret_source) = match (section.secret_env, section.secret_file) {
+        (Some(_), Some(_)) => {
+            return Err(usage(
+                "secret_env and secret_file are both set; choose one source for the secret",
+            ));
+        }
+        (None, Some(file)) => {
+            let file = if file.is_relative() {
+                base_dir.join(file)
+            } else {
+                file
+            };
+            let bytes = std::fs::read(&file).map_err(|e| {
+                usage(format!(
+                    "secret_file {}: cannot read it: {e}",
+                    file.display()
+                ))
+            })?;
+            let secret = trim_line_end(bytes);
+            if secret.is_empty() {
+                return Err(usage(format!("secret_file {} is empty", file.display())));
+            }
+            (Some(secret), Some(format!("file {}", file.display())))
+        }
+        (Some(name), None) => match non_empty(env(&name)) {
+            Some(value) => (Some(value.into_bytes()), Some(format!("${name}"))),
+            None => {
+                return Err(usage(format!(
+                    "secret_env = {name:?} names an environment variable that is not set or empty"
+                )));
+            }
+        },
+        (None, None) => match non_empty(env(ENV_WEBHOOK_SECRET)) {
+            Some(value) => (
+                Some(value.into_bytes()),
+                Some(format!("${ENV_WEBHOOK_SECRET}")),
+            ),
+            None => {
+                warnings.push(format!(
+                    "webhook requests are not signed: set {ENV_WEBHOOK_SECRET}, secret_env or secret_file"
+                ));
+                (None, None)
+            }
+        },
+    };
+    let settings = WebhookSettings {
+        url,
+        timeout,
+        headers: section.headers.unwrap_or_default().into_iter().collect(),
+        signature_header: section.signature_header,
+        secret,
+        secret_source,
+    };
+    // Build it once now so a bad URL or header is a config error, before any connection.
+    build_webhook(&settings)?;
+    Ok(DeliverySettings::Webhook(settings))
+}
+
+fn trim_line_end(mut bytes: Vec<u8>) -> Vec<u8> {
+    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        bytes.pop();
+    }
+    bytes
+}
+
+fn build_webhook(
+    settings: &WebhookSettings,
+) -> anyhow::Result<hare_outbox::webhook::WebhookDelivery> {
+    let mut delivery = hare_outbox::webhook::WebhookDelivery::new(settings.url.clone())
+        .with_context(|| format!("url {:?}", settings.url))?;
+    if let Some(timeout) = settings.timeout {
+        delivery = delivery.with_timeout(timeout);
+    }
+    for (name, value) in &settings.headers {
+        delivery = delivery
+            .with_header(name, value)
+            .with_context(|| format!("headers.{name:?}"))?;
+    }
+    if let Some(name) = &settings.signature_header {
+        delivery = delivery
+            .with_signature_header(name)
+            .with_context(|| format!("signature_header {name:?}"))?;
+    }
+    if let Some(secret) = &settings.secret {
+        delivery = delivery.with_secret(secret.clone());
+    }
+    Ok(delivery)
+}
+
+impl DeliverySettings {
+    /// Builds the delivery.
+    ///
+    /// # Errors
+    /// A configuration error when the webhook URL or a header is refused.
+    pub fn build(&self) -> anyhow::Result<Arc<dyn Delivery>> {
+        Ok(match self {
+            DeliverySettings::Stdout => Arc::new(JsonLinesDelivery::stdout()),
+            DeliverySettings::Webhook(settings) => Arc::new(build_webhook(settings)?),
+        })
+    }
+
+    /// A short description for the start-up log.
+    pub fn describe(&self) -> String {
+        match self {
+            DeliverySettings::Stdout => "stdout (JSON lines)".to_owned(),
+            DeliverySettings::Webhook(w) => format!(
+                "webhook {} ({})",
+                redact_url(&w.url),
+                w.secret_source.as_deref().map_or_else(
+                    || "unsigned".to_owned(),
+                    |s| format!("signed, secret from {s}")
+                )
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn resolve_text(text: &str, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Settings> {
+        let file = parse(text).map_err(|e| usage(e.to_string()))?;
+        resolve(file, None, Overrides::default(), env)
+    }
+
+    fn error_text(text: &str) -> String {
+        let e = resolve_text(text, &no_env).expect_err("should be refused");
+        assert_eq!(
+            crate::error::exit_code(&e),
+            crate::error::EXIT_USAGE,
+            "{e:#}"
+        );
+        format!("{e:#}")
+    }
+
+    #[test]
+    fn the_example_file_parses_and_resolves() {
+        let text = include_str!("../../../hare-outbox.example.toml");
+        let env = |name: &str| (name == ENV_WEBHOOK_SECRET).then(|| "s3cret".to_owned());
+        let settings = resolve_text(text, &env).unwrap();
+        let db = settings.database.unwrap();
+        assert_eq!(db.kind, DbKind::Postgres);
+        assert_eq!(settings.table.to_string(), "hare_outbox");
+        assert_eq!(settings.relay.poll_interval, Duration::from_secs(1));
+        assert_eq!(settings.relay.batch_size, 100);
+        assert_eq!(settings.relay.exclude_topics, vec!["debug.*".to_owned()]);
+        let DeliverySettings::Webhook(webhook) = settings.delivery else {
+            panic!("the example uses a webhook");
+        };
+        assert_eq!(webhook.secret.as_deref(), Some(&b"s3cret"[..]));
+        assert!(webhook.url.starts_with("http"));
+    }
+
+    #[test]
+    fn the_readme_config_example_parses() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("### Config")
+            .nth(1)
+            .expect("README has a Config section");
+        let block: String = section
+            .lines()
+            .skip_while(|l| l.trim() != "```toml")
+            .skip(1)
+            .take_while(|l| l.trim() != "```")
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(block.contains("[delivery]"), "{block}");
+        let env = |name: &str| (name == ENV_WEBHOOK_SECRET).then(|| "x".to_owned());
+        let settings = resolve_text(&block, &env).unwrap();
+        assert!(matches!(settings.delivery, DeliverySettings::Webhook(_)));
+    }
+
+    #[test]
+    fn an_empty_file_means_defaults_and_stdout() {
+        let s = resolve_text("", &no_env).unwrap();
+        assert!(s.database.is_none());
+        assert!(matches!(s.delivery, DeliverySettings::Stdout));
+        assert_eq!(s.table, OutboxTable::default());
+        assert_eq!(s.relay.batch_size, 100);
+        assert!(s.database().is_err());
+    }
+
+    #[test]
+    fn overrides_beat_the_file() {
+        let file = parse("database_url = \"sqlite:a.db\"\ntable = \"a\"").unwrap();
+        let overrides = Overrides {
+            database_url: Some("postgres://db/erp".into()),
+            table: Some("erp.events".into()),
+        };
+        let s = resolve(file, None, overrides, &no_env).unwrap();
+        let db = s.database.unwrap();
+        assert_eq!(
+            (db.kind, db.url.as_str()),
+            (DbKind::Postgres, "postgres://db/erp")
+        );
+        assert_eq!(s.table.to_string(), "erp.events");
+    }
+
+    #[test]
+    fn webhook_url_comes_from_the_environment() {
+        let env =
+            |name: &str| (name == ENV_WEBHOOK_URL).then(|| "http://127.0.0.1:9/hook".to_owned());
+        let s = resolve_text(
+            "[delivery]\nkind = \"webhook\"\nurl = \"http://x.invalid/\"",
+            &env,
+        )
+        .unwrap();
+        let DeliverySettings::Webhook(w) = s.delivery else {
+            panic!()
+        };
+        assert_eq!(w.url, "http://127.0.0.1:9/hook");
+        assert!(w.secret.is_none());
+        assert_eq!(s.warnings.len(), 1, "unsigned webhooks are worth a warning");
+        // With no [delivery] section at all, the variable alone picks a webhook.
+        let s = resolve_text("", &env).unwrap();
+        assert!(matches!(s.delivery, DeliverySettings::Webhook(_)));
+    }
+
+    #[test]
+    fn secret_env_names_the_variable() {
+        let text = "[delivery]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nsecret_env = \"MY_SECRET\"";
+        let env = |name: &str| (name == "MY_SECRET").then(|| "abc".to_owned());
+        let s = resolve_text(text, &env).unwrap();
+        let DeliverySettings::Webhook(w) = s.delivery else {
+            panic!()
+        };
+        assert_eq!(w.secret.as_deref(), Some(&b"abc"[..]));
+        assert!(
+            !format!("{w:?}").contains("abc"),
+            "Debug must not show the secret"
+        );
+        assert!(error_text(text).contains("MY_SECRET"));
+    }
+
+    #[test]
+    fn secret_file_is_read_relative_to_the_config_file() {
+        let dir =
+            std::env::temp_dir().join(format!("hare-outbox-cli-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("secret.txt"), "from-file\n").unwrap();
+        let file = parse("[delivery]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"secret.txt\"").unwrap();
+        let s = resolve(
+            file,
+            Some(dir.join("hare-outbox.toml")),
+            Overrides::default(),
+            &no_env,
+        )
+        .unwrap();
+        let DeliverySettings::Webhook(w) = s.delivery else {
+            panic!()
+        };
+        assert_eq!(w.secret.as_deref(), Some(&b"from-file"[..]));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn mistakes_name_the_key_and_what_is_allowed() {
+        let e = parse("[relay]\npoll_interval = 5").unwrap_err().to_string();
+        assert!(
+            e.contains("poll_interval") && e.contains("poll_interval_seconds"),
+            "{e}"
+        );
+        let e = parse("[delivery]\nkind = \"kafka\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("kafka") && e.contains("stdout") && e.contains("webhook"),
+            "{e}"
+        );
+        let e = parse("databse_url = \"x\"").unwrap_err().to_string();
+        assert!(
+            e.contains("databse_url") && e.contains("database_url"),
+            "{e}"
+        );
+
+        assert!(error_text("[relay]\nbatch_size = 0").contains("batch_size"));
+        assert!(error_text("[relay]\nbatch_size = -5").contains("batch_size"));
+        assert!(error_text("[relay]\nlease_seconds = 0").contains("lease_seconds"));
+        assert!(
+            error_text("[relay]\nlease_seconds = 10\ndelivery_timeout_seconds = 10")
+                .contains("delivery_timeout")
+        );
+        assert!(error_text("[relay]\ntopics = [\"doc.*.x\"]").contains("doc.*.x"));
+        assert!(error_text("[relay]\ncleanup_batch_size = 0").contains("cleanup_batch_size"));
+        assert!(error_text("database_url = \"mysql://db/x\"").contains("mysql://db/x"));
+        assert!(error_text("database_url = \"mysql://db/x\"").contains("postgres://"));
+        assert!(error_text("table = \"a b\"").contains("a b"));
+        assert!(error_text("[delivery]\nkind = \"webhook\"").contains("url"));
+        assert!(error_text("[delivery]\nurl = \"http://x/\"").contains("kind"));
+        assert!(error_text("[delivery]\nkind = \"stdout\"\nurl = \"http://x/\"").contains("url"));
+        let e =
+            error_text("[delivery]\nkind = \"webhook\"\nurl = \"http://x/\"\nsecret = \"oops\"");
+        assert!(e.contains("secret_env") && !e.contains("oops"), "{e}");
+    }
+
+    #[test]
+    fn url_schemes_pick_the_backend() {
+        assert_eq!(
+            DbKind::from_url("postgres://a/b").unwrap(),
+            DbKind::Postgres
+        );
+        assert_eq!(
+            DbKind::from_url("postgresql://a/b").unwrap(),
+            DbKind::Postgres
+        );
+        assert_eq!(DbKind::from_url("sqlite:x.db").unwrap(), DbKind::Sqlite);
+        assert_eq!(DbKind::from_url("sqlite://x.db").unwrap(), DbKind::Sqlite);
+        assert!(DbKind::from_url("x.db").is_err());
+    }
+}

@@ -1,0 +1,429 @@
+//! `hare-outbox demo`: the main job with zero set-up.
+//!
+//! A fresh SQLite file with ERP-like tables; a simulated workload changes documents, each change
+//! in one transaction with its `doc.updated` event; at the same time a relay delivers the events to
+//! a printer that plays a subscriber (refusing a share of deliveries, so retries show). It ends
+//! when every written event is delivered or dead-lettered — or on Ctrl-C — with one summary line.
+
+mod erp;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hare_outbox::sqlite::SqliteBackend;
+use hare_outbox::{
+    CancellationToken, DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxRelay, OutboxTable,
+    RelayConfig, RelayStats,
+};
+use serde_json::{Value, json};
+
+use crate::cli::DemoArgs;
+use crate::error::usage;
+
+/// Longest wait for the relay to catch up once the workload is done.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs the demo until its events are delivered or `shutdown` is cancelled.
+///
+/// # Errors
+/// A usage error for out-of-range options; a run-time error when SQLite fails or the relay does
+/// not catch up within a minute.
+pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    check(&args)?;
+    let pool = open(&args.database).await?;
+    let mut rng = fastrand::Rng::new();
+    erp::create(&pool, &mut rng).await?;
+    let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::default());
+    outbox
+        .migrate()
+        .await
+        .context("creating the outbox table")?;
+
+    eprintln!(
+        "demo: {} document changes at {} per second into {}, subscriber refusing {:.0}% of deliveries; Ctrl-C stops early",
+        args.events,
+        if args.rate > 0.0 {
+            format!("{}", args.rate)
+        } else {
+            "full speed".to_owned()
+        },
+        args.database.display(),
+        args.failure_rate * 100.0
+    );
+    let printer = Arc::new(Printer::new(args.json, args.failure_rate));
+    if !args.json {
+        printer.header();
+    }
+    let delivery = {
+        let printer = printer.clone();
+        FnDelivery::new(move |event: OutboxEvent| {
+            let printer = printer.clone();
+            async move { printer.deliver(&event) }
+        })
+    };
+    let config = RelayConfig::default()
+        .with_name(format!("demo:{}", std::process::id()))
+        .with_poll_interval(Duration::from_millis(100))
+        .with_batch_size(100)
+        .with_retry_base(Duration::from_millis(100))
+        .with_retry_max(Duration::from_secs(1))
+        .with_lease(Duration::from_secs(10))
+        .with_delivery_timeout(Duration::from_secs(5));
+    let relay = Arc::new(OutboxRelay::new(outbox.clone(), delivery, config)?);
+    let relay_stop = CancellationToken::new();
+    let relay_task = {
+        let relay = relay.clone();
+        let stop = relay_stop.clone();
+        tokio::spawn(async move { relay.run(stop).await })
+    };
+
+    let workload = workload(&pool, &outbox, &args, &mut rng, &shutdown).await;
+    let written = match &workload {
+        Ok(written) | Err((written, _)) => *written,
+    };
+    let drained = if workload.is_ok() {
+        drain(&relay, written, &shutdown).await
+    } else {
+        false
+    };
+    relay_stop.cancel();
+    relay_task
+        .await
+        .context("the relay task failed")?
+        .context("the relay failed")?;
+    pool.close().await;
+
+    let stats = relay.stats();
+    let summary = Summary::new(written, stats);
+    printer.summary(&summary, shutdown.is_cancelled());
+    if let Err((_, error)) = workload {
+        return Err(error.context("the workload failed"));
+    }
+    if !drained && !shutdown.is_cancelled() {
+        anyhow::bail!(
+            "the relay did not deliver every event within {} s; {} still pending",
+            DRAIN_TIMEOUT.as_secs(),
+            summary.pending
+        );
+    }
+    Ok(())
+}
+
+fn check(args: &DemoArgs) -> anyhow::Result<()> {
+    if !args.rate.is_finite() || args.rate < 0.0 {
+        return Err(usage(format!(
+            "--rate {} is not allowed; use changes per second, 0 or more (0 = full speed)",
+            args.rate
+        )));
+    }
+    if !(0.0..=1.0).contains(&args.failure_rate) {
+        return Err(usage(format!(
+            "--failure-rate {} is not allowed; use a share from 0 to 1",
+            args.failure_rate
+        )));
+    }
+    Ok(())
+}
+
+/// Deletes the previous demo database and opens a fresh one.
+async fn open(path: &Path) -> anyhow::Result<sqlx::SqlitePool> {
+    if path.is_dir() {
+        return Err(usage(format!(
+            "--database {} is a directory; give a file name",
+            path.display()
+        )));
+    }
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "removing the old demo database {}",
+                    Path::new(&file).display()
+                )));
+            }
+        }
+    }
+    hare_outbox::sqlite::connect(&sqlite_url(path))
+        .await
+        .with_context(|| format!("creating the demo database {}", path.display()))
+}
+
+/// `sqlite:<path>`, with the characters a SQLite URL treats specially (`%`, `?`, `#`) escaped.
+fn sqlite_url(path: &Path) -> String {
+    let mut url = String::from("sqlite:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => url.push_str("%25"),
+            '?' => url.push_str("%3F"),
+            '#' => url.push_str("%23"),
+            c => url.push(c),
+        }
+    }
+    url
+}
+
+/// Makes `args.events` changes at `args.rate` per second; returns how many were written.
+async fn workload(
+    pool: &sqlx::SqlitePool,
+    outbox: &Outbox<SqliteBackend>,
+    args: &DemoArgs,
+    rng: &mut fastrand::Rng,
+    shutdown: &CancellationToken,
+) -> Result<u64, (u64, anyhow::Error)> {
+    let mut ticker = (args.rate > 0.0).then(|| {
+        let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
+    });
+    let mut written = 0;
+    while written < args.events {
+        if let Some(ticker) = ticker.as_mut() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+        } else if shutdown.is_cancelled() {
+            break;
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match erp::change_one(pool, outbox, rng).await {
+                Ok(_) => break,
+                // SQLite may report a busy database under contention; the change is retried whole.
+                Err(e) if tries < 5 => {
+                    tracing::debug!(error = %format!("{e:#}"), "document change failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                }
+                Err(e) => return Err((written, e)),
+            }
+        }
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// Waits until every written event is delivered or dead-lettered; false on Ctrl-C or timeout.
+async fn drain(
+    relay: &OutboxRelay<SqliteBackend>,
+    written: u64,
+    shutdown: &CancellationToken,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    loop {
+        let stats = relay.stats();
+        if stats.delivered + stats.dead_lettered >= written {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
+
+/// The numbers of the summary line.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    written: u64,
+    delivered: u64,
+    /// Failed attempts recorded, including those that dead-lettered their event.
+    failed: u64,
+    dead: u64,
+    pending: u64,
+}
+
+impl Summary {
+    fn new(written: u64, stats: RelayStats) -> Summary {
+        Summary {
+            written,
+            delivered: stats.delivered,
+            failed: stats.failed + stats.dead_lettered,
+            dead: stats.dead_lettered,
+            pending: written.saturating_sub(stats.delivered + stats.dead_lettered),
+        }
+    }
+}
+
+/// Plays the subscriber: prints each delivered event, refuses a share of deliveries.
+struct Printer {
+    json: bool,
+    failure_rate: f64,
+    out: std::sync::Mutex<()>,
+}
+
+impl Printer {
+    fn new(json: bool, failure_rate: f64) -> Printer {
+        Printer {
+            json,
+            failure_rate,
+            out: std::sync::Mutex::new(()),
+        }
+    }
+
+    fn line(&self, text: &str) {
+        let _guard = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (piped into `head`) must not fail deliveries or stop the demo.
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+
+    fn header(&self) {
+        self.line(&format!(
+            "{:>5}  {:<11}  {:<25} {:<25} {}",
+            "№", "event", "object", "who", "data"
+        ));
+    }
+
+    fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
+        if self.failure_rate > 0.0 && fastrand::f64() < self.failure_rate {
+            let attempt = event.attempts + 1;
+            if !self.json {
+                self.line(&format!(
+                    "{:>5}  {:<11}  {:<25} ✗ attempt {attempt} refused by the subscriber (simulated); the relay retries with backoff",
+                    event.sequence,
+                    event.topic,
+                    object(event),
+                ));
+            }
+            return Err(DeliveryError::new(
+                "subscriber unavailable (simulated by the demo)",
+            ));
+        }
+        if self.json {
+            self.line(&hare_outbox::delivery::json_line(event));
+        } else {
+            let author = event
+                .headers
+                .get("author")
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            let retried = if event.attempts > 0 {
+                format!("  (delivered after {} failed attempt(s))", event.attempts)
+            } else {
+                String::new()
+            };
+            self.line(&format!(
+                "{:>5}  {:<11}  {:<25} {:<25} {}{retried}",
+                event.sequence,
+                event.topic,
+                object(event),
+                author,
+                describe(&event.payload),
+            ));
+        }
+        Ok(())
+    }
+
+    fn summary(&self, summary: &Summary, interrupted: bool) {
+        let Summary {
+            written,
+            delivered,
+            failed,
+            dead,
+            pending,
+        } = *summary;
+        if self.json {
+            self.line(
+                &json!({"summary": {
+                    "written": written,
+                    "delivered": delivered,
+                    "failed": failed,
+                    "dead": dead,
+                    "pending": pending,
+                    "interrupted": interrupted,
+                }})
+                .to_string(),
+            );
+        } else {
+            let tail = if interrupted || pending > 0 {
+                format!(" (stopped early: {pending} pending)")
+            } else {
+                String::new()
+            };
+            self.line(&format!(
+                "demo: written {written}, delivered {delivered}, failed {failed}, dead {dead}{tail}"
+            ));
+        }
+    }
+}
+
+/// `sales_orders #22`, from the ordering key `sales_orders:22`.
+fn object(event: &OutboxEvent) -> String {
+    match event
+        .ordering_key
+        .as_deref()
+        .and_then(|k| k.split_once(':'))
+    {
+        Some((table, id)) => format!("{table} #{id}"),
+        None => "-".to_owned(),
+    }
+}
+
+/// `status, eta_date (was status="confirmed", eta_date=null)`.
+fn describe(payload: &Value) -> String {
+    let changed: Vec<&str> = payload
+        .get("changed")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let from = payload.get("from").and_then(Value::as_object);
+    let was: Vec<String> = changed
+        .iter()
+        .map(|name| {
+            let old = from.and_then(|f| f.get(*name)).unwrap_or(&Value::Null);
+            format!("{name}={old}")
+        })
+        .collect();
+    format!("{} (was {})", changed.join(", "), was.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_reads_as_changes_and_old_values() {
+        let payload = json!({
+            "id": 22, "entity": "sales_order",
+            "from": {"status": "confirmed", "eta_date": null},
+            "changed": ["status", "eta_date"],
+        });
+        assert_eq!(
+            describe(&payload),
+            r#"status, eta_date (was status="confirmed", eta_date=null)"#
+        );
+    }
+
+    #[test]
+    fn odd_file_names_stay_file_names() {
+        assert_eq!(sqlite_url(Path::new("demo.db")), "sqlite:demo.db");
+        assert_eq!(
+            sqlite_url(Path::new("a b/x?y#1%.db")),
+            "sqlite:a b/x%3Fy%231%25.db"
+        );
+    }
+
+    #[test]
+    fn summary_counts_dead_letters_as_failed_attempts() {
+        let stats = RelayStats {
+            delivered: 7,
+            failed: 3,
+            dead_lettered: 1,
+            ..RelayStats::default()
+        };
+        let s = Summary::new(9, stats);
+        assert_eq!((s.delivered, s.failed, s.dead, s.pending), (7, 4, 1, 1));
+    }
+}

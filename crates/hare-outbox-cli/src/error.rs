@@ -1,0 +1,119 @@
+//! Exit codes: 0 for a clean stop, 2 for a bad config or usage, 1 for a failure at run time.
+
+use std::fmt;
+
+/// A mistake in the command line, the config file or the environment: exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Builds an `anyhow::Error` carrying a [`UsageError`].
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}
+
+/// Exit code of a clean stop.
+pub const EXIT_OK: u8 = 0;
+/// Exit code of a failure at run time (database unreachable, migration refused, …).
+pub const EXIT_RUNTIME: u8 = 1;
+/// Exit code of a bad config file, option or environment variable.
+pub const EXIT_USAGE: u8 = 2;
+
+/// The exit code for `error`: [`EXIT_USAGE`] when anything in its chain is a [`UsageError`] or a
+/// configuration or validation error of the library, else [`EXIT_RUNTIME`].
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    for cause in error.chain() {
+        if cause.is::<UsageError>() {
+            return EXIT_USAGE;
+        }
+        if let Some(hare_outbox::Error::Configuration(_) | hare_outbox::Error::Validation { .. }) =
+            cause.downcast_ref::<hare_outbox::Error>()
+        {
+            return EXIT_USAGE;
+        }
+    }
+    EXIT_RUNTIME
+}
+
+/// `error` and its causes as one line, `a: b: c`, leaving out a cause whose text an earlier part
+/// already shows (library errors often repeat their source in their own message).
+pub fn render(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+/// `url` with its password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    let Some(colon) = userinfo.find(':') else {
+        return url.to_owned();
+    };
+    format!(
+        "{}{}:***{}",
+        &url[..scheme_end + 3],
+        &userinfo[..colon],
+        &rest[at..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_and_configuration_errors_exit_2() {
+        assert_eq!(exit_code(&usage("bad")), EXIT_USAGE);
+        let e = anyhow::Error::new(hare_outbox::Error::configuration("batch_size 0"));
+        assert_eq!(exit_code(&e.context("loading config")), EXIT_USAGE);
+        let e = anyhow::Error::new(hare_outbox::Error::database(std::io::Error::other("down")));
+        assert_eq!(exit_code(&e), EXIT_RUNTIME);
+    }
+
+    #[test]
+    fn render_leaves_out_repeated_causes() {
+        let io = std::io::Error::other("unable to open database file");
+        let e = anyhow::Error::new(hare_outbox::Error::database(io))
+            .context("opening sqlite:x.db failed");
+        assert_eq!(
+            render(&e),
+            "opening sqlite:x.db failed: database error: unable to open database file"
+        );
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/erp?sslmode=require"),
+            "postgres://app:***@db:5432/erp?sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://app@db/erp"), "postgres://app@db/erp");
+        assert_eq!(redact_url("sqlite:erp.db"), "sqlite:erp.db");
+        assert_eq!(redact_url("postgres://db/x?u=a@b"), "postgres://db/x?u=a@b");
+    }
+}

@@ -1,0 +1,137 @@
+//! `hare-outbox demo`: runs to completion by itself, prints one summary line, stops on Ctrl-C.
+
+use std::time::Duration;
+
+use crate::support::{Proc, TempDir, hare_outbox, run};
+
+/// Parses `demo: written W, delivered D, failed F, dead X…` into (W, D, F, X).
+fn summary(line: &str) -> (u64, u64, u64, u64) {
+    let rest = line
+        .strip_prefix("demo: ")
+        .unwrap_or_else(|| panic!("not a summary line: {line:?}"));
+    let numbers: Vec<u64> = rest
+        .split(',')
+        .map(|part| {
+            part.split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("cannot read {part:?} in {line:?}"))
+        })
+        .collect();
+    assert_eq!(numbers.len(), 4, "{line:?}");
+    (numbers[0], numbers[1], numbers[2], numbers[3])
+}
+
+#[tokio::test]
+async fn demo_runs_to_completion_and_prints_one_summary_line() {
+    let dir = TempDir::new("demo");
+    let (code, stdout, stderr) = run(
+        hare_outbox(dir.path()).args(["demo", "--events", "30", "--rate", "300"]),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let last = stdout.lines().last().expect("some output");
+    assert!(
+        last.starts_with("demo: written 30, delivered 30, failed "),
+        "{last}"
+    );
+    let (written, delivered, _failed, dead) = summary(last);
+    assert_eq!((written, delivered, dead), (30, 30, 0));
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("demo:")).count(),
+        1,
+        "exactly one summary line:\n{stdout}"
+    );
+    // One journal line per delivered event, with the object, the author and the changed columns.
+    let journal: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("doc.updated") && l.contains("(was "))
+        .collect();
+    assert_eq!(journal.len(), 30, "{stdout}");
+    assert!(journal.iter().all(|l| l.contains(" #")), "{stdout}");
+    assert!(
+        dir.path().join("hare-outbox-demo.db").is_file(),
+        "the demo database is left for a look"
+    );
+}
+
+#[tokio::test]
+async fn demo_json_prints_events_and_a_summary_object() {
+    let dir = TempDir::new("demo-json");
+    let (code, stdout, stderr) = run(
+        hare_outbox(dir.path()).args([
+            "demo",
+            "--events",
+            "20",
+            "--rate",
+            "0",
+            "--failure-rate",
+            "0.3",
+            "--json",
+            "--database",
+            "erp.db",
+        ]),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let (last, events) = lines.split_last().expect("lines");
+    assert_eq!(last["summary"]["written"], 20, "{last}");
+    assert_eq!(last["summary"]["delivered"], 20, "{last}");
+    assert_eq!(events.len(), 20);
+    for event in events {
+        assert_eq!(event["topic"], "doc.updated");
+        let payload = &event["payload"];
+        for field in ["id", "entity", "from", "changed"] {
+            assert!(!payload[field].is_null(), "{field} missing in {payload}");
+        }
+        let key = event["ordering_key"].as_str().expect("ordering key");
+        assert!(
+            key.ends_with(&format!(":{}", payload["id"])),
+            "{key} vs {payload}"
+        );
+        assert!(event["headers"]["author"].is_string(), "{event}");
+    }
+    assert!(dir.path().join("erp.db").is_file());
+}
+
+#[tokio::test]
+async fn demo_stops_on_ctrl_c_and_still_prints_the_summary() {
+    let dir = TempDir::new("demo-int");
+    let mut demo =
+        Proc::spawn(hare_outbox(dir.path()).args(["demo", "--events", "100000", "--rate", "50"]));
+    demo.wait_for_stdout("a few delivered events", Duration::from_secs(30), |out| {
+        out.matches("doc.updated").count() >= 5
+    })
+    .await;
+    demo.signal("INT");
+    let status = demo.wait(Duration::from_secs(30)).await;
+    let stdout = demo.stdout();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        demo.stderr()
+    );
+    let last = stdout.lines().last().expect("output");
+    let (written, delivered, _, dead) = summary(last.split(" (").next().unwrap_or(last));
+    assert!((5..100_000).contains(&written), "{last}");
+    assert!(delivered + dead <= written, "{last}");
+}
+
+#[tokio::test]
+async fn demo_refuses_out_of_range_options() {
+    let dir = TempDir::new("demo-bad");
+    let (code, _, stderr) = run(
+        hare_outbox(dir.path()).args(["demo", "--failure-rate", "1.5"]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--failure-rate 1.5"), "{stderr}");
+}

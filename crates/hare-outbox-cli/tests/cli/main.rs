@@ -1,0 +1,11 @@
+//! End-to-end tests of the `hare-outbox` binary: the real process, a real PostgreSQL schema per
+//! test, SQLite files in temp dirs and a real HTTP receiver on loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod config_errors;
+mod demo;
+mod docs;
+mod relay_pg;
+mod sqlite;
+mod support;

@@ -1,0 +1,102 @@
+//! `schema`, `migrate` and `relay` to stdout on a SQLite file, with the config file found in the
+//! current directory.
+
+use std::time::Duration;
+
+use hare_outbox::sqlite::SqliteBackend;
+use hare_outbox::{Outbox, OutboxMessage, OutboxTable};
+use serde_json::{Value, json};
+
+use crate::support::{Proc, TempDir, hare_outbox, run};
+
+#[tokio::test]
+async fn schema_prints_the_ddl_without_touching_the_database() {
+    let dir = TempDir::new("schema");
+    let (code, stdout, stderr) = run(
+        hare_outbox(dir.path()).args([
+            "schema",
+            "--database-url",
+            "sqlite:erp.db",
+            "--table",
+            "erp_events",
+        ]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("CREATE TABLE"), "{stdout}");
+    assert!(stdout.contains("erp_events"), "{stdout}");
+    assert!(
+        !dir.path().join("erp.db").exists(),
+        "schema must not create the database"
+    );
+}
+
+#[tokio::test]
+async fn migrate_then_relay_prints_json_lines_and_stops_on_sigint() {
+    let dir = TempDir::new("sqlite-relay");
+    let db = dir.path().join("erp.db");
+    // Found without --config: hare-outbox.toml in the current directory.
+    dir.write(
+        "hare-outbox.toml",
+        "database_url = \"sqlite:erp.db\"\ntable = \"erp_outbox\"\n\n[relay]\npoll_interval_seconds = 0.1\n\n[delivery]\nkind = \"stdout\"\n",
+    );
+    let (code, _, stderr) = run(
+        hare_outbox(dir.path()).arg("migrate"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    // Migrating twice is fine.
+    let (code, _, stderr) = run(
+        hare_outbox(dir.path()).arg("migrate"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+
+    let pool = hare_outbox::sqlite::connect(&format!("sqlite:{}", db.display()))
+        .await
+        .expect("open");
+    let outbox = Outbox::new(
+        SqliteBackend::new(pool.clone()),
+        OutboxTable::parse("erp_outbox").expect("table"),
+    );
+    let mut tx = pool.begin().await.expect("begin");
+    for n in 0..5 {
+        let message = OutboxMessage::new("doc.updated", json!({"id": 1, "n": n}))
+            .ordering_key("sales_orders:1");
+        outbox.enqueue(&mut tx, message).await.expect("enqueue");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut relay = Proc::spawn(hare_outbox(dir.path()).arg("relay"));
+    relay
+        .wait_for_stdout("5 JSON lines", Duration::from_secs(30), |out| {
+            out.lines().count() >= 5
+        })
+        .await;
+    relay.signal("INT");
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", relay.stderr());
+    let lines: Vec<Value> = relay
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let order: Vec<i64> = lines
+        .iter()
+        .map(|l| l["payload"]["n"].as_i64().expect("n"))
+        .collect();
+    assert_eq!(
+        order,
+        vec![0, 1, 2, 3, 4],
+        "stdout holds only the events, in order"
+    );
+    assert!(
+        relay.stderr().contains("SIGINT"),
+        "logs go to stderr:\n{}",
+        relay.stderr()
+    );
+    pool.close().await;
+}

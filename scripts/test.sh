@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The one test command: starts the PostgreSQL the tests use when it is down, then checks
+# formatting and lints and runs every test of the workspace (unit, integration, doc).
+#
+#   CARGO_TARGET_DIR         build directory (default: ~/.cache/hare-outbox-target)
+#   HARE_OUTBOX_TEST_PG_URL  server for the PostgreSQL tests
+#                            (default: postgres://postgres@127.0.0.1:5432/test)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hare-outbox-target}"
+export HARE_OUTBOX_TEST_PG_URL="${HARE_OUTBOX_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/test}"
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# Host, port and database of the test URL: postgres[ql]://[user[:pw]@]host[:port][/db][?…]
+pg_host=127.0.0.1 pg_port=5432 pg_db=test
+url_re='^postgres(ql)?://([^@/]*@)?(\[[^]]*\]|[^:/?]+)(:([0-9]+))?(/([^?]*))?'
+if [[ "$HARE_OUTBOX_TEST_PG_URL" =~ $url_re ]]; then
+  pg_host="${BASH_REMATCH[3]#[}"
+  pg_host="${pg_host%]}"
+  pg_port="${BASH_REMATCH[5]:-5432}"
+  pg_db="${BASH_REMATCH[7]:-postgres}"
+fi
+
+pg_ready() { pg_isready -q -h "$pg_host" -p "$pg_port"; }
+
+start_postgres() {
+  if ! command -v pg_isready >/dev/null; then
+    say "pg_isready not found: install PostgreSQL (Debian: apt-get install postgresql) or point HARE_OUTBOX_TEST_PG_URL at a server"
+    exit 1
+  fi
+  if pg_ready; then
+    return
+  fi
+  case "$pg_host" in
+    127.0.0.1 | localhost | ::1) ;;
+    *)
+      say "PostgreSQL at $pg_host:$pg_port is not answering, and it is not a local server this script can start"
+      exit 1
+      ;;
+  esac
+  if ! command -v pg_ctlcluster >/dev/null || [ ! -d /etc/postgresql ]; then
+    say "PostgreSQL at $pg_host:$pg_port is down and no local cluster (pg_ctlcluster, /etc/postgresql) was found"
+    exit 1
+  fi
+  local version
+  version="$(ls /etc/postgresql | sort -V | tail -n 1)"
+  say "starting PostgreSQL $version"
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  local deadline=$((SECONDS + 60))
+  until pg_ready; do
+    if ((SECONDS >= deadline)); then
+      say "PostgreSQL did not accept connections within 60 s"
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+
+ensure_test_database() {
+  command -v psql >/dev/null || return 0
+  if psql "$HARE_OUTBOX_TEST_PG_URL" -Atqc 'SELECT 1' >/dev/null 2>&1; then
+    return
+  fi
+  local admin_url="${HARE_OUTBOX_TEST_PG_URL%%\?*}"
+  admin_url="${admin_url%/*}/postgres"
+  say "creating the test database $pg_db"
+  psql "$admin_url" -qc "CREATE DATABASE \"$pg_db\"" >/dev/null 2>&1 || true
+}
+
+start_postgres
+ensure_test_database
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  say "installing cargo-nextest"
+  cargo install cargo-nextest --locked
+fi
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+say "cargo clippy"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+say "cargo nextest run"
+cargo nextest run --workspace --all-features --no-fail-fast
+say "cargo test --doc"
+cargo test --doc --workspace --all-features
