@@ -69,8 +69,53 @@ ensure_test_database() {
   psql "$admin_url" -qc "CREATE DATABASE \"$pg_db\"" >/dev/null 2>&1 || true
 }
 
+# Redis and NATS (JetStream) for the broker crates; their outage tests also start private copies
+# of redis-server and nats-server, so both must be installed.
+export HARE_OUTBOX_TEST_REDIS_URL="${HARE_OUTBOX_TEST_REDIS_URL:-redis://127.0.0.1:6379/0}"
+export HARE_OUTBOX_TEST_NATS_URL="${HARE_OUTBOX_TEST_NATS_URL:-nats://127.0.0.1:4222}"
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  local port=$1 name=$2 deadline=$((SECONDS + 60))
+  until port_open "$port"; do
+    if ((SECONDS >= deadline)); then
+      say "$name did not accept connections on port $port within 60 s"
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+install_debian() {
+  say "installing $*"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+start_redis() {
+  command -v redis-server >/dev/null || install_debian redis-server
+  port_open 6379 && return
+  say "starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  wait_port 6379 Redis
+}
+
+start_nats() {
+  command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || install_debian nats-server
+  port_open 4222 && return
+  say "starting NATS with JetStream"
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_port 4222 NATS
+}
+
 start_postgres
 ensure_test_database
+start_redis
+start_nats
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"

@@ -54,6 +54,8 @@
 //! | `sqlite` (default) | [`sqlite::SqliteBackend`]: the embedded database, a single file, no server |
 //! | `postgres` | [`postgres::PgBackend`]: PostgreSQL ≥ 13, `FOR UPDATE SKIP LOCKED` leases |
 //! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures |
+//! | `redis` | [`redis::RedisStreamsDelivery`] (XADD, one pipeline per batch) and [`redis::RedisWakeup`] |
+//! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 
 pub use hare_outbox_core::*;
 
@@ -67,6 +69,18 @@ pub mod postgres {
 #[cfg(feature = "sqlite")]
 pub mod sqlite {
     pub use hare_outbox_sqlite::*;
+}
+
+/// Redis Streams delivery and Redis pub/sub wake-up.
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use hare_outbox_redis::*;
+}
+
+/// NATS JetStream delivery and NATS wake-up.
+#[cfg(feature = "nats")]
+pub mod nats {
+    pub use hare_outbox_nats::*;
 }
 
 /// The HTTP webhook delivery.

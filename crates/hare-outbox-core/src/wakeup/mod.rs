@@ -10,6 +10,8 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 
+pub mod listener;
+
 /// The topics one signal names. An empty list means "poll now, whatever the topic" (sent after a
 /// reconnect that may have lost signals).
 pub type Topics = Arc<[String]>;

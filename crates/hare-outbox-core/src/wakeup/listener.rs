@@ -1,0 +1,515 @@
+//! The listener behind a broker wake-up: one task per wake-up object, shared by every relay that
+//! subscribes to it (seed 001 § Будильники, DESIGN §8).
+//!
+//! The task holds the only strong [`broadcast::Sender`]; the wake-up object keeps a weak one. So
+//! the subscribers see the wake-up as closed exactly when the task ends — because it gave up, was
+//! aborted by `close()`, or because the last subscriber went away — and the next `subscribe()`
+//! after that starts a new task. Subscribing and the task's "anyone left?" check both run under
+//! the state lock, so a subscriber never joins a task that is about to end.
+//!
+//! The broker crates (hare-outbox-redis, hare-outbox-nats) implement [`Source`] for their
+//! transport and get the sharing, reconnect backoff and give-up rules from here.
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::error::BoxError;
+use crate::wakeup::{Topics, WakeupSubscription};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::sync::{broadcast, watch};
+use tokio::task::AbortHandle;
+
+/// Failed attempts in a row after which the listener gives up (seed 001 § Будильники).
+pub const MAX_FAILURES: u32 = 5;
+
+/// Signals buffered per subscriber; a subscriber further behind gets one "missed signals" wake-up.
+const SIGNAL_BUFFER: usize = 1024;
+
+/// The longest one connect-and-subscribe attempt may take before it counts as a failure.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pause before the first reconnect; each further one doubles it.
+const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(100);
+
+/// The longest pause between two reconnects.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+
+/// The message payloads of one live subscription; the stream ends when the subscription breaks.
+pub type Messages = BoxStream<'static, Vec<u8>>;
+
+/// One connect-and-subscribe attempt.
+pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Messages, BoxError>> + Send + 'a>>;
+
+/// The broker side of a listener.
+pub trait Source: Send + Sync + 'static {
+    /// Connects and subscribes. Returns once the broker confirmed the subscription, so a signal
+    /// sent after that reaches it.
+    fn connect(&self) -> Connecting<'_>;
+
+    /// Where the listener listens, for logs (no password).
+    fn describe(&self) -> String;
+
+    /// Whether the client reconnects and resubscribes by itself with [`reconnect_delay`] and
+    /// stops after [`MAX_FAILURES`] failed reconnects in a row. Then the end of the message stream
+    /// means it gave up, and the listener gives up too.
+    fn reconnects_itself(&self) -> bool;
+}
+
+/// Starts, shares and stops the listener task of one wake-up object.
+#[derive(Debug, Default)]
+pub struct Listener {
+    state: Arc<Mutex<Option<Running>>>,
+}
+
+#[derive(Debug)]
+struct Running {
+    id: u64,
+    tx: broadcast::WeakSender<Topics>,
+    /// Becomes `true` once the first attempt is over (subscribed or failed).
+    ready: watch::Receiver<bool>,
+    abort: AbortHandle,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Listener {
+    /// A subscription to the running listener, or to a new one started for `source`. Waits until
+    /// the listener's first attempt is over (at most `wait`), so that a signal sent right after a
+    /// successful subscribe is received.
+    pub async fn subscribe(&self, source: &Arc<dyn Source>, wait: Duration) -> WakeupSubscription {
+        let (rx, mut ready) = {
+            let mut state = lock(&self.state);
+            let joined = state.as_ref().and_then(|running| {
+                running
+                    .tx
+                    .upgrade()
+                    .map(|tx| (tx.subscribe(), running.ready.clone()))
+            });
+            match joined {
+                Some(joined) => joined,
+                None => {
+                    let (tx, rx) = broadcast::channel(SIGNAL_BUFFER);
+                    let (ready_tx, ready_rx) = watch::channel(false);
+                    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+                    let weak = tx.downgrade();
+                    let task =
+                        tokio::spawn(listen(source.clone(), tx, ready_tx, self.state.clone(), id));
+                    *state = Some(Running {
+                        id,
+                        tx: weak,
+                        ready: ready_rx.clone(),
+                        abort: task.abort_handle(),
+                    });
+                    (rx, ready_rx)
+                }
+            }
+        };
+        // An error means the task already ended: the subscription reports the wake-up closed.
+        let _ = tokio::time::timeout(wait, ready.wait_for(|done| *done)).await;
+        WakeupSubscription::new(rx)
+    }
+
+    /// Stops the listener task; its subscribers see the wake-up closed. A later
+    /// [`Listener::subscribe`] starts a new one.
+    pub fn close(&self) {
+        if let Some(running) = lock(&self.state).take() {
+            running.abort.abort();
+        }
+    }
+
+    /// Whether a listener task is running (it may be between reconnects).
+    #[cfg(test)]
+    pub fn is_running(&self) -> bool {
+        lock(&self.state)
+            .as_ref()
+            .is_some_and(|running| running.tx.upgrade().is_some())
+    }
+}
+
+type State = Arc<Mutex<Option<Running>>>;
+
+fn lock(state: &Mutex<Option<Running>>) -> MutexGuard<'_, Option<Running>> {
+    // The state is a plain value that every writer leaves consistent; a panic elsewhere while
+    // holding the lock does not make it invalid.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The listener task: connect, forward signals, reconnect with backoff, give up after
+/// [`MAX_FAILURES`] failures in a row, stop when nobody listens any more.
+async fn listen(
+    source: Arc<dyn Source>,
+    tx: broadcast::Sender<Topics>,
+    ready: watch::Sender<bool>,
+    state: State,
+    id: u64,
+) {
+    let what = source.describe();
+    let mut failures: u32 = 0;
+    loop {
+        let attempt = tokio::select! {
+            () = unsubscribed(&tx, &state, id) => return,
+            attempt = tokio::time::timeout(CONNECT_TIMEOUT, source.connect()) => attempt,
+        };
+        let error: BoxError = match attempt {
+            Ok(Ok(mut messages)) => {
+                if failures > 0 {
+                    tracing::info!(wakeup = %what, failures, "wake-up subscription restored");
+                } else {
+                    tracing::debug!(wakeup = %what, "wake-up subscribed");
+                }
+                failures = 0;
+                ready.send_replace(true);
+                loop {
+                    tokio::select! {
+                        () = unsubscribed(&tx, &state, id) => return,
+                        message = messages.next() => match message {
+                            Some(payload) => dispatch(&tx, &payload, &what),
+                            None => break,
+                        },
+                    }
+                }
+                drop(messages);
+                if source.reconnects_itself() {
+                    tracing::error!(
+                        wakeup = %what,
+                        failures = MAX_FAILURES,
+                        "wake-up subscription lost and {MAX_FAILURES} reconnects in a row failed; \
+                         giving up, relays go on polling"
+                    );
+                    forget(&state, id);
+                    return;
+                }
+                let delay = reconnect_delay(1);
+                tracing::warn!(
+                    wakeup = %what,
+                    retry_in_seconds = delay.as_secs_f64(),
+                    "wake-up subscription lost; reconnecting"
+                );
+                // A short pause, so a subscription that breaks at once does not spin.
+                tokio::select! {
+                    () = unsubscribed(&tx, &state, id) => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                continue;
+            }
+            Ok(Err(error)) => error,
+            Err(_) => format!(
+                "connecting and subscribing took longer than {} s",
+                CONNECT_TIMEOUT.as_secs()
+            )
+            .into(),
+        };
+        failures += 1;
+        // The first attempt is over: `subscribe()` stops waiting.
+        ready.send_replace(true);
+        if failures >= MAX_FAILURES {
+            tracing::error!(
+                wakeup = %what,
+                failures,
+                error = &*error as &dyn std::error::Error,
+                "wake-up subscription failed {MAX_FAILURES} times in a row; giving up, relays go \
+                 on polling"
+            );
+            forget(&state, id);
+            return;
+        }
+        let delay = reconnect_delay(failures);
+        tracing::warn!(
+            wakeup = %what,
+            failures,
+            error = &*error as &dyn std::error::Error,
+            retry_in_seconds = delay.as_secs_f64(),
+            "wake-up subscription failed; retrying"
+        );
+        tokio::select! {
+            () = unsubscribed(&tx, &state, id) => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Completes once every subscriber is gone, and then removes this listener from the state. Checks
+/// under the state lock, so a subscriber joining meanwhile keeps the listener alive.
+async fn unsubscribed(tx: &broadcast::Sender<Topics>, state: &State, id: u64) {
+    loop {
+        tx.closed().await;
+        let mut guard = lock(state);
+        if tx.receiver_count() == 0 {
+            if guard.as_ref().is_some_and(|running| running.id == id) {
+                *guard = None;
+            }
+            return;
+        }
+    }
+}
+
+fn forget(state: &State, id: u64) {
+    let mut guard = lock(state);
+    if guard.as_ref().is_some_and(|running| running.id == id) {
+        *guard = None;
+    }
+}
+
+fn dispatch(tx: &broadcast::Sender<Topics>, payload: &[u8], what: &str) {
+    match decode_topics(payload) {
+        // No subscriber left is not an error here: `unsubscribed` ends the task.
+        Some(topics) => {
+            let _ = tx.send(topics);
+        }
+        None => tracing::warn!(
+            wakeup = %what,
+            message = %String::from_utf8_lossy(payload),
+            "ignoring a wake-up message that is not a JSON array of topics"
+        ),
+    }
+}
+
+/// The message of one signal: the topics as a JSON array of strings, e.g. `["orders.created"]`.
+pub fn encode_topics(topics: &[String]) -> Vec<u8> {
+    // Serializing strings cannot fail.
+    serde_json::to_vec(topics).unwrap_or_else(|_| b"[]".to_vec())
+}
+
+/// The topics of a signal message, or `None` when it is not a JSON array of strings.
+pub fn decode_topics(payload: &[u8]) -> Option<Topics> {
+    serde_json::from_slice::<Vec<String>>(payload)
+        .ok()
+        .map(Into::into)
+}
+
+/// The pause before reconnect `attempt` (1-based): 100 ms doubled per attempt, at most 5 s, of
+/// which a random 50–100 % is taken so that many listeners do not reconnect in step.
+pub fn reconnect_delay(attempt: u32) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(16);
+    let full = FIRST_RECONNECT_DELAY
+        .saturating_mul(1u32 << doublings)
+        .min(MAX_RECONNECT_DELAY);
+    full.mul_f64(0.5 + 0.5 * random_fraction())
+}
+
+/// A random number in `[0, 1)`, good enough for jitter.
+fn random_fraction() -> f64 {
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use tokio::sync::mpsc;
+
+    /// A source whose attempts fail `fail_first` times, then hand out streams fed by the test.
+    struct Fake {
+        attempts: AtomicU32,
+        fail_first: u32,
+        streams: Mutex<Vec<mpsc::UnboundedSender<Vec<u8>>>>,
+        itself: bool,
+    }
+
+    impl Fake {
+        fn new(fail_first: u32, itself: bool) -> Arc<Fake> {
+            Arc::new(Fake {
+                attempts: AtomicU32::new(0),
+                fail_first,
+                streams: Mutex::new(Vec::new()),
+                itself,
+            })
+        }
+        fn attempts(&self) -> u32 {
+            self.attempts.load(Ordering::SeqCst)
+        }
+        fn send(&self, payload: &[u8]) {
+            let streams = self.streams.lock().unwrap();
+            streams.last().unwrap().send(payload.to_vec()).unwrap();
+        }
+        /// Ends the live subscription, like a connection the server closed.
+        fn break_subscription(&self) {
+            self.streams.lock().unwrap().clear();
+        }
+        fn open_streams(&self) -> usize {
+            self.streams
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|s| !s.is_closed())
+                .count()
+        }
+    }
+
+    struct Shared(Arc<Fake>);
+
+    impl Source for Shared {
+        fn connect(&self) -> Connecting<'_> {
+            Box::pin(async move {
+                let n = self.0.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+                if n <= self.0.fail_first {
+                    return Err(format!("attempt {n} refused").into());
+                }
+                let (tx, rx) = mpsc::unbounded_channel();
+                self.0.streams.lock().unwrap().push(tx);
+                Ok(futures::stream::unfold(
+                    rx,
+                    |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
+                )
+                .boxed())
+            })
+        }
+        fn describe(&self) -> String {
+            "fake".into()
+        }
+        fn reconnects_itself(&self) -> bool {
+            self.0.itself
+        }
+    }
+
+    fn source(fake: &Arc<Fake>) -> Arc<dyn Source> {
+        Arc::new(Shared(fake.clone()))
+    }
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    async fn recv(sub: &mut WakeupSubscription) -> Option<Option<Topics>> {
+        tokio::time::timeout(WAIT, sub.recv())
+            .await
+            .expect("a signal or the end")
+    }
+
+    #[tokio::test]
+    async fn subscribers_share_one_connection_and_all_get_each_signal() {
+        let fake = Fake::new(0, false);
+        let listener = Listener::default();
+        let src = source(&fake);
+        let mut a = listener.subscribe(&src, WAIT).await;
+        let mut b = listener.subscribe(&src, WAIT).await;
+        assert_eq!(fake.attempts(), 1, "one connection per wake-up object");
+        fake.send(br#"["x","y"]"#);
+        assert_eq!(
+            &*recv(&mut a).await.unwrap().unwrap(),
+            ["x".to_owned(), "y".to_owned()]
+        );
+        assert_eq!(
+            &*recv(&mut b).await.unwrap().unwrap(),
+            ["x".to_owned(), "y".to_owned()]
+        );
+        // A malformed message is skipped, the next one arrives.
+        fake.send(b"not json");
+        fake.send(br#"["z"]"#);
+        assert_eq!(&*recv(&mut a).await.unwrap().unwrap(), ["z".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn a_lost_subscription_reconnects() {
+        let fake = Fake::new(0, false);
+        let listener = Listener::default();
+        let mut sub = listener.subscribe(&source(&fake), WAIT).await;
+        fake.break_subscription();
+        wait_until(|| fake.open_streams() == 1).await;
+        assert_eq!(fake.attempts(), 2);
+        fake.send(br#"["after"]"#);
+        assert_eq!(
+            &*recv(&mut sub).await.unwrap().unwrap(),
+            ["after".to_owned()]
+        );
+    }
+
+    #[tokio::test]
+    async fn failures_below_the_limit_are_retried() {
+        let fake = Fake::new(MAX_FAILURES - 1, false);
+        let listener = Listener::default();
+        let mut sub = listener.subscribe(&source(&fake), WAIT).await;
+        wait_until(|| fake.open_streams() == 1).await;
+        assert_eq!(fake.attempts(), MAX_FAILURES);
+        fake.send(br#"["late"]"#);
+        assert_eq!(
+            &*recv(&mut sub).await.unwrap().unwrap(),
+            ["late".to_owned()]
+        );
+    }
+
+    #[tokio::test]
+    async fn five_failures_in_a_row_close_every_subscription() {
+        let fake = Fake::new(u32::MAX, false);
+        let listener = Listener::default();
+        let src = source(&fake);
+        let mut a = listener.subscribe(&src, WAIT).await;
+        let mut b = listener.subscribe(&src, WAIT).await;
+        assert!(recv(&mut a).await.is_none(), "closed after giving up");
+        assert!(recv(&mut b).await.is_none());
+        assert_eq!(fake.attempts(), MAX_FAILURES);
+        assert!(!listener.is_running());
+        // A later subscriber starts afresh.
+        let _c = listener.subscribe(&src, WAIT).await;
+        assert!(fake.attempts() > MAX_FAILURES);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_gave_up_reconnecting_ends_the_listener() {
+        let fake = Fake::new(0, true);
+        let listener = Listener::default();
+        let mut sub = listener.subscribe(&source(&fake), WAIT).await;
+        fake.break_subscription();
+        assert!(recv(&mut sub).await.is_none());
+        assert_eq!(fake.attempts(), 1, "no reconnect of its own");
+    }
+
+    #[tokio::test]
+    async fn the_last_subscriber_leaving_stops_the_listener_and_close_closes() {
+        let fake = Fake::new(0, false);
+        let listener = Listener::default();
+        let src = source(&fake);
+        let a = listener.subscribe(&src, WAIT).await;
+        let b = listener.subscribe(&src, WAIT).await;
+        drop(a);
+        tokio::task::yield_now().await;
+        assert_eq!(fake.open_streams(), 1, "one subscriber left");
+        drop(b);
+        wait_until(|| fake.open_streams() == 0).await;
+        assert!(!listener.is_running());
+
+        let mut c = listener.subscribe(&src, WAIT).await;
+        assert_eq!(fake.attempts(), 2, "a new listener for a new subscriber");
+        listener.close();
+        assert!(recv(&mut c).await.is_none(), "close() closes subscriptions");
+    }
+
+    #[test]
+    fn reconnect_delays_double_with_jitter_and_are_capped() {
+        for attempt in 1..=20u32 {
+            let full = FIRST_RECONNECT_DELAY
+                .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+                .min(MAX_RECONNECT_DELAY);
+            let d = reconnect_delay(attempt);
+            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?}");
+        }
+        assert!(reconnect_delay(100) <= MAX_RECONNECT_DELAY);
+    }
+
+    #[test]
+    fn topics_round_trip_as_a_json_array() {
+        let topics = vec!["a.b".to_owned(), "ünï \"q\"".to_owned()];
+        let bytes = encode_topics(&topics);
+        assert_eq!(
+            String::from_utf8(bytes.clone()).unwrap(),
+            r#"["a.b","ünï \"q\""]"#
+        );
+        assert_eq!(&*decode_topics(&bytes).unwrap(), topics.as_slice());
+        assert!(decode_topics(b"{}").is_none());
+        assert!(decode_topics(b"[1]").is_none());
+    }
+
+    async fn wait_until(mut check: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

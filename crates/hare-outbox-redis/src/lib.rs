@@ -1,0 +1,112 @@
+//! Redis for hare-outbox: the Redis Streams delivery and the Redis pub/sub wake-up
+//! (seed 001 § Доставки `RedisStreamsDelivery`, § Будильники `RedisWakeup`; DESIGN §8, §9.3).
+//!
+//! - [`RedisStreamsDelivery`] appends every event to a stream with `XADD`: to the configured
+//!   stream or, by default, to the stream named like the event's topic. A relay batch goes out as
+//!   one pipeline, with one result per event.
+//! - [`RedisWakeup`] tells relays to poll right after a commit, through pub/sub on one channel.
+//!   A wake-up is a hint: relays poll the table anyway, so a lost signal only delays delivery.
+//!
+//! Tested against Redis 7.0; any Redis from 5.0 (streams) should do. One server (or the primary
+//! of a replicated set) per URL: Redis Cluster is not supported, since one batch pipeline may name
+//! streams in different hash slots.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use hare_outbox_core::{Outbox, OutboxRelay, OutboxTable, RelayConfig};
+//! use hare_outbox_redis::{RedisStreamsDelivery, RedisWakeup};
+//!
+//! # async fn example(backend: impl hare_outbox_core::Backend) -> hare_outbox_core::Result<()> {
+//! let wakeup = RedisWakeup::new("redis://127.0.0.1:6379/0")?;
+//! // The same object on both sides: transactions signal it after commit, relays subscribe.
+//! let outbox = Outbox::new(backend, OutboxTable::parse("outbox")?).with_wakeup(wakeup)?;
+//! let delivery = RedisStreamsDelivery::new("redis://127.0.0.1:6379/0")?
+//!     .with_stream("events")?
+//!     .with_max_length(1_000_000)?;
+//! let relay = OutboxRelay::new(outbox, delivery, RelayConfig::default())?;
+//! relay.start()?;
+//! # relay.stop().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod delivery;
+mod wakeup;
+
+pub use delivery::{DEFAULT_TIMEOUT, RedisStreamsDelivery};
+pub use wakeup::{DEFAULT_CHANNEL, RedisWakeup};
+
+/// Re-exported so callers can build a [`redis::Client`] for the `from_client` constructors
+/// without depending on the same `redis` version themselves.
+pub use redis;
+
+use hare_outbox_core::{Error, Result};
+
+/// Parses `url` into a client, or says which URL is wrong and what is expected.
+fn open_client(what: &str, url: &str) -> Result<redis::Client> {
+    redis::Client::open(url).map_err(|e| {
+        Error::configuration(format!(
+            "{what} url {:?} is not a valid Redis URL ({e}); expected e.g. \
+             \"redis://127.0.0.1:6379/0\" or \"redis://:password@host:6379/0\"",
+            redact(url)
+        ))
+    })
+}
+
+/// How a client's server is shown in messages and logs: `redis 127.0.0.1:6379 db 0`, never with
+/// a password.
+fn describe_client(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    format!("redis {} db {}", info.addr(), info.redis_settings().db())
+}
+
+/// `url` with the password (between `user:` and `@`) replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            redact("redis://user:s3cret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact("redis://:s3cret@host/0"), "redis://:***@host/0");
+        assert_eq!(redact("redis://host:6379/0"), "redis://host:6379/0");
+        assert_eq!(redact("redis://user@host"), "redis://user@host");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn bad_urls_are_configuration_errors_naming_the_url() {
+        for url in ["", "http://host:6379", "redis://:pw@host:notaport/0"] {
+            let e = open_client("redis delivery", url).unwrap_err();
+            assert!(matches!(e, Error::Configuration(_)), "{url}: {e}");
+            assert!(!e.to_string().contains("pw@"), "{e}");
+        }
+        let e = open_client("redis delivery", "http://host:6379").unwrap_err();
+        assert!(e.to_string().contains("\"http://host:6379\""), "{e}");
+    }
+}

@@ -1,0 +1,313 @@
+//! Helpers of the Redis tests: the shared server, servers of their own as child processes, a
+//! delaying TCP proxy, events, log capture, a PostgreSQL outbox.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use hare_outbox_core::{Outbox, OutboxEvent, OutboxTable};
+use hare_outbox_postgres::PgBackend;
+use hare_outbox_testkit::pg::TestSchema;
+use hare_outbox_testkit::wait_for;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Every wait of these tests is bounded by this unless it says otherwise.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The Redis the tests share: `HARE_OUTBOX_TEST_REDIS_URL`, else `redis://127.0.0.1:6379/0`. A set
+/// URL that cannot be reached fails the tests; they are never skipped.
+pub fn url() -> String {
+    std::env::var("HARE_OUTBOX_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+/// The TCP port of the shared Redis.
+pub fn port() -> u16 {
+    let client = redis::Client::open(url().as_str()).unwrap();
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(_, port) => *port,
+        other => panic!("the test Redis must be reached over TCP, not {other}"),
+    }
+}
+
+/// A connection for reading back and cleaning up.
+pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to Redis at {url} failed: {e}"))
+}
+
+/// A name no other test uses: `hare_t_<prefix>_<random>`.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "hare_t_{prefix}_{:012x}",
+        uuid::Uuid::now_v7().as_u128() & 0xffff_ffff_ffff
+    )
+}
+
+/// A port nothing listens on (bound and released; nothing else on this machine picks it at once).
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// An event as the relay would hand it over.
+pub fn event(topic: &str, key: Option<&str>, payload: Value, headers: Value) -> OutboxEvent {
+    let headers: Map<String, Value> = match headers {
+        Value::Object(map) => map,
+        Value::Null => Map::new(),
+        other => panic!("headers must be an object, not {other}"),
+    };
+    OutboxEvent {
+        sequence: 1,
+        id: uuid::Uuid::now_v7(),
+        topic: topic.to_owned(),
+        payload,
+        headers,
+        ordering_key: key.map(str::to_owned),
+        idempotency_key: None,
+        created_at: Utc::now(),
+        attempts: 0,
+        last_error: None,
+        next_attempt_at: None,
+        lease_until: None,
+        leased_by: None,
+        published_at: None,
+        dead_lettered_at: None,
+        extra: Map::new(),
+    }
+}
+
+/// One stream entry as XRANGE returns it: the entry id and its field/value pairs in order.
+pub type Entry = (String, Vec<(String, Vec<u8>)>);
+
+/// Every entry of `stream`, oldest first.
+pub async fn xrange(conn: &mut redis::aio::MultiplexedConnection, stream: &str) -> Vec<Entry> {
+    let raw: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .unwrap();
+    raw.into_iter()
+        .map(|(id, flat)| {
+            let pairs = flat
+                .chunks(2)
+                .map(|pair| (String::from_utf8(pair[0].clone()).unwrap(), pair[1].clone()))
+                .collect();
+            (id, pairs)
+        })
+        .collect()
+}
+
+/// The value of `field` in `entry`, as text.
+pub fn field(entry: &Entry, name: &str) -> String {
+    let (_, pairs) = entry;
+    let value = pairs
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no field {name} in {entry:?}"));
+    String::from_utf8(value.1.clone()).unwrap()
+}
+
+pub async fn xlen(conn: &mut redis::aio::MultiplexedConnection, stream: &str) -> usize {
+    redis::cmd("XLEN")
+        .arg(stream)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+pub async fn del(conn: &mut redis::aio::MultiplexedConnection, keys: &[&str]) {
+    let _: i64 = redis::cmd("DEL").arg(keys).query_async(conn).await.unwrap();
+}
+
+/// A PostgreSQL outbox in a schema of its own.
+pub async fn pg_outbox() -> (TestSchema, Outbox<PgBackend>) {
+    let schema = TestSchema::new(8).await;
+    let outbox = Outbox::new(
+        PgBackend::new(schema.pool.clone()),
+        OutboxTable::parse("outbox").unwrap(),
+    );
+    outbox.migrate().await.unwrap();
+    (schema, outbox)
+}
+
+/// A redis-server of the test's own, on a free port, as a child process. Writes go to an
+/// append-only file fsynced on every write, so a killed server restarts with every entry it
+/// acknowledged. Killed and its directory removed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub async fn start() -> RedisServer {
+        let dir = std::env::temp_dir().join(unique("redis"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = RedisServer {
+            port: closed_port(),
+            dir,
+            child: None,
+        };
+        server.restart().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Starts the process (again, on the same port and files) and waits until it answers PING.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--daemonize",
+                "no",
+                "--dir",
+            ])
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (Debian: apt-get install redis-server)");
+        self.child = Some(child);
+        let url = self.url();
+        wait_for("the redis-server child to answer PING", WAIT, || {
+            let url = url.clone();
+            async move {
+                let client = redis::Client::open(url.as_str()).ok()?;
+                let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+                let pong: String = redis::cmd("PING").query_async(&mut conn).await.ok()?;
+                (pong == "PONG").then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// Kills the process (SIGKILL), like a crash, and waits for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A TCP proxy to `127.0.0.1:upstream` that holds every chunk from the client for `delay` before
+/// passing it on: n round trips take at least n × `delay`.
+pub struct DelayProxy {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DelayProxy {
+    pub async fn start(upstream: u16, delay: Duration) -> DelayProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        return;
+                    };
+                    let (mut client_read, mut client_write) = inbound.into_split();
+                    let (mut server_read, mut server_write) = outbound.into_split();
+                    let up = tokio::spawn(async move {
+                        let mut buf = vec![0u8; 1 << 20];
+                        while let Ok(n) = client_read.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            tokio::time::sleep(delay).await;
+                            if server_write.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                    up.abort();
+                });
+            }
+        });
+        DelayProxy { port, task }
+    }
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Log lines written while the guard lives, on this thread (use a current-thread runtime so that
+/// spawned tasks log here too).
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (logs, guard)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// The lines at `level` (e.g. "ERROR") that contain `needle`.
+    pub fn lines(&self, level: &str, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(level) && l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,274 @@
+//! RedisWakeup against a real Redis: each test on a channel of its own; the reconnect test runs a
+//! redis-server of its own.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Logs, RedisServer, WAIT, closed_port, connect, del, pg_outbox, unique, url, xlen};
+use hare_outbox_core::{
+    FnDelivery, OutboxEvent, OutboxMessage, OutboxRelay, RelayConfig, Wakeup, WakeupSubscription,
+};
+use hare_outbox_redis::{RedisStreamsDelivery, RedisWakeup};
+use hare_outbox_testkit::wait_for;
+use serde_json::json;
+
+fn topics(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+/// The next signal, which must come within [`WAIT`].
+async fn next(sub: &mut WakeupSubscription) -> Vec<String> {
+    let signal = tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .expect("a signal within the wait")
+        .expect("the wake-up is open")
+        .expect("no signal was missed");
+    signal.to_vec()
+}
+
+async fn numsub(conn: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(conn)
+        .await
+        .unwrap();
+    reply.1
+}
+
+#[tokio::test]
+async fn a_signal_reaches_every_subscriber_of_both_objects() {
+    let mut conn = connect(&url()).await;
+    let channel = unique("chan");
+    let here = RedisWakeup::new(&url())
+        .unwrap()
+        .with_channel(&channel)
+        .unwrap();
+    // A second object on the same channel: another process, as far as Redis can tell.
+    let there = RedisWakeup::new(&url())
+        .unwrap()
+        .with_channel(&channel)
+        .unwrap();
+    let mut a = here.subscribe().await.unwrap();
+    let mut b = here.clone().subscribe().await.unwrap();
+    let mut c = there.subscribe().await.unwrap();
+    assert_eq!(
+        numsub(&mut conn, &channel).await,
+        2,
+        "one Redis subscription per object, shared by its subscribers"
+    );
+
+    here.signal(&topics(&["orders.created", "orders.paid"]))
+        .await
+        .unwrap();
+    for sub in [&mut a, &mut b, &mut c] {
+        assert_eq!(next(sub).await, ["orders.created", "orders.paid"]);
+    }
+    there.signal(&topics(&["invoices"])).await.unwrap();
+    for sub in [&mut a, &mut b, &mut c] {
+        assert_eq!(next(sub).await, ["invoices"]);
+    }
+
+    // The message on the wire is a JSON array of the topics.
+    let client = redis::Client::open(url().as_str()).unwrap();
+    let mut raw = client.get_async_pubsub().await.unwrap();
+    raw.subscribe(&channel).await.unwrap();
+    here.signal(&topics(&["x.y"])).await.unwrap();
+    let message = {
+        use futures::StreamExt;
+        tokio::time::timeout(WAIT, raw.on_message().next())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(message.get_payload_bytes(), br#"["x.y"]"#);
+
+    // The last subscriber leaving ends the object's Redis subscription.
+    drop((a, b));
+    here.close().await.unwrap();
+    there.close().await.unwrap();
+    drop(c);
+    wait_for("the subscriptions to end", WAIT, || {
+        let mut conn = conn.clone();
+        let channel = channel.clone();
+        async move { (numsub(&mut conn, &channel).await == 1).then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_relay_delivers_within_a_second_of_a_commit() {
+    let mut conn = connect(&url()).await;
+    let channel = unique("chan");
+    let stream = unique("woken");
+    let (schema, outbox) = pg_outbox().await;
+    let wakeup = RedisWakeup::new(&url())
+        .unwrap()
+        .with_channel(&channel)
+        .unwrap();
+    let outbox = outbox.with_wakeup(wakeup.clone()).unwrap();
+    let relay = OutboxRelay::new(
+        outbox.clone(),
+        RedisStreamsDelivery::new(&url())
+            .unwrap()
+            .with_stream(&stream)
+            .unwrap(),
+        RelayConfig::default().with_poll_interval(Duration::from_secs(60)),
+    )
+    .unwrap();
+    relay.start().unwrap();
+    // The relay subscribes before its first poll, then sleeps for 60 s.
+    wait_for("the first poll", WAIT, || async {
+        (relay.stats().polls >= 1).then_some(())
+    })
+    .await;
+
+    for round in 1..=3 {
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(OutboxMessage::new(
+            "orders.created",
+            json!({ "round": round }),
+        ))
+        .await
+        .unwrap();
+        let committed = Instant::now();
+        tx.commit().await.unwrap();
+        wait_for("the woken relay's delivery", WAIT, || {
+            let mut conn = conn.clone();
+            let stream = stream.clone();
+            async move { (xlen(&mut conn, &stream).await == round).then_some(()) }
+        })
+        .await;
+        let latency = committed.elapsed();
+        assert!(
+            latency < Duration::from_secs(1),
+            "woken by the signal, not the 60 s poll: {latency:?}"
+        );
+    }
+    relay.stop().await.unwrap();
+    wakeup.close().await.unwrap();
+    del(&mut conn, &[&stream]).await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_subscription_killed_by_the_server_is_made_again() {
+    let server = RedisServer::start().await;
+    let mut admin = connect(&server.url()).await;
+    let wakeup = RedisWakeup::new(&server.url()).unwrap();
+    let mut sub = wakeup.subscribe().await.unwrap();
+    assert_eq!(numsub(&mut admin, "hare_outbox").await, 1);
+
+    for _ in 0..2 {
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(killed, 1);
+        assert_eq!(numsub(&mut admin, "hare_outbox").await, 0);
+        wait_for("the wake-up to subscribe again", WAIT, || {
+            let mut admin = admin.clone();
+            async move { (numsub(&mut admin, "hare_outbox").await == 1).then_some(()) }
+        })
+        .await;
+        wakeup.signal(&topics(&["after.kill"])).await.unwrap();
+        assert_eq!(next(&mut sub).await, ["after.kill"]);
+    }
+    wakeup.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_subscribed_to_again() {
+    let mut server = RedisServer::start().await;
+    let wakeup = RedisWakeup::new(&server.url()).unwrap();
+    let mut sub = wakeup.subscribe().await.unwrap();
+    server.kill();
+    server.restart().await;
+    let mut admin = connect(&server.url()).await;
+    wait_for("the wake-up to subscribe again", WAIT, || {
+        let mut admin = admin.clone();
+        async move { (numsub(&mut admin, "hare_outbox").await == 1).then_some(()) }
+    })
+    .await;
+    assert_eq!(numsub(&mut admin, "hare_outbox").await, 1);
+    // The publishing connection died with the server: the first signal may fail, a later one
+    // goes out.
+    wait_for("a signal after the restart", WAIT, || async {
+        wakeup.signal(&topics(&["after.restart"])).await.ok()
+    })
+    .await;
+    assert_eq!(next(&mut sub).await, ["after.restart"]);
+    wakeup.close().await.unwrap();
+}
+
+/// On a current-thread runtime, so the listener task logs into the captured subscriber.
+#[tokio::test]
+async fn a_closed_port_gives_up_after_five_failures_and_the_relay_polls_on() {
+    let (logs, _guard) = Logs::capture();
+    let wakeup = RedisWakeup::new(&format!("redis://127.0.0.1:{}/0", closed_port()))
+        .unwrap()
+        .with_channel(unique("chan"))
+        .unwrap();
+
+    let error = wakeup.signal(&topics(&["t"])).await.unwrap_err();
+    assert!(
+        matches!(error, hare_outbox_core::Error::Database { .. }),
+        "{error}"
+    );
+
+    let mut sub = wakeup.subscribe().await.unwrap();
+    let closed = tokio::time::timeout(WAIT, sub.recv()).await.unwrap();
+    assert!(closed.is_none(), "the subscription closes after giving up");
+    let errors = logs.lines("ERROR", "failed 5 times in a row; giving up");
+    assert_eq!(errors.len(), 1, "{}", logs.text());
+    assert_eq!(
+        logs.lines("WARN", "wake-up subscription failed; retrying")
+            .len(),
+        4,
+        "{}",
+        logs.text()
+    );
+
+    // A relay whose wake-up gives up keeps delivering at its poll interval.
+    let (schema, outbox) = pg_outbox().await;
+    let outbox = outbox.with_wakeup(wakeup.clone()).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let relay = OutboxRelay::new(
+        outbox.clone(),
+        FnDelivery::new(move |e: OutboxEvent| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(e.payload);
+                Ok(())
+            }
+        }),
+        RelayConfig::default().with_poll_interval(Duration::from_millis(200)),
+    )
+    .unwrap();
+    relay.start().unwrap();
+    wait_for("the relay's wake-up to give up", WAIT, || async {
+        (logs.lines("ERROR", "giving up").len() >= 2).then_some(())
+    })
+    .await;
+    let mut tx = outbox.begin().await.unwrap();
+    tx.enqueue(OutboxMessage::new("t", json!({"by": "polling"})))
+        .await
+        .unwrap();
+    // The signal fails (logged); the commit does not.
+    tx.commit().await.unwrap();
+    wait_for("delivery by polling", WAIT, || async {
+        (seen.lock().unwrap().len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(seen.lock().unwrap()[0], json!({"by": "polling"}));
+    relay.stop().await.unwrap();
+    schema.drop_schema().await;
+}
