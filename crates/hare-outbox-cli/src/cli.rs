@@ -7,14 +7,23 @@ use clap::{Args, Parser, Subcommand};
 /// The config file read when `--config` is not given and the file exists in the current directory.
 pub const DEFAULT_CONFIG_FILE: &str = "hare-outbox.toml";
 
-/// hare-outbox: a transactional outbox. Creates the outbox table, relays its events to a webhook or
-/// standard output, and runs a self-contained demo.
+/// Exit codes, shown at the end of `--help`.
+const EXIT_CODES: &str = "Exit codes:
+  0  success (a relay stopped cleanly; every capture matches the config)
+  1  failure at run time (database unreachable, DDL refused, …)
+  2  bad config file, option or environment variable; nothing was changed
+  3  capture status: a configured capture is missing or drifted, or an installed one is not
+     in the config";
+
+/// hare-outbox: a transactional outbox. Creates the outbox table, installs change-capture
+/// triggers, relays events to a webhook or standard output, and runs a self-contained demo.
 #[derive(Debug, Parser)]
 #[command(
     name = "hare-outbox",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// TOML config file [default: hare-outbox.toml when it exists]
@@ -63,14 +72,57 @@ pub enum Command {
     Migrate,
     /// Print the DDL of the outbox table for the database URL's backend, without connecting
     Schema,
+    /// Install, remove or check the change-capture triggers of the config's [[capture]] tables
+    #[command(subcommand, after_help = EXIT_CODES)]
+    Capture(CaptureCommand),
     /// Deliver events to the configured delivery until SIGINT or SIGTERM
     Relay(RelayArgs),
-    /// Run an ERP-like workload on a fresh SQLite file and relay its events to the terminal
+    /// Run an ERP-like workload on a fresh SQLite file, captured by triggers, and relay its events
+    /// to the terminal
     ///
     /// Needs no set-up: it ignores --config and --database-url and works on its own SQLite file
     /// (--database). It ends by itself, or on Ctrl-C, with one summary line: events written,
     /// delivered, failed delivery attempts and dead-lettered events.
     Demo(DemoArgs),
+}
+
+/// `capture install|uninstall|status`.
+#[derive(Debug, Subcommand)]
+pub enum CaptureCommand {
+    /// Validate every [[capture]] entry, then install (or replace) each trigger
+    ///
+    /// Every entry is checked first, against the database's catalog too; when one is refused
+    /// (exit 2) nothing is installed. One line per table. The outbox table must exist (see
+    /// `migrate`, or --migrate).
+    Install(InstallArgs),
+    /// Remove the triggers of the configured tables, or of the tables named by --only
+    ///
+    /// Events already written stay in the outbox. One line per table, saying whether a capture
+    /// was installed.
+    Uninstall(UninstallArgs),
+    /// Report each configured capture, its drift, and installed captures the config lacks
+    ///
+    /// Exit code 3 when a configured capture is not installed, has drifted (a column added,
+    /// dropped or retyped since install, another declaration, a disabled trigger…), or an
+    /// installed capture writing into this outbox is not in the config.
+    Status,
+}
+
+/// Options of `capture install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Create the outbox table first if it is missing
+    #[arg(long)]
+    pub migrate: bool,
+}
+
+/// Options of `capture uninstall`.
+#[derive(Debug, Args)]
+pub struct UninstallArgs {
+    /// A captured table to uninstall, `name` or `schema.name`, instead of every configured one;
+    /// repeat for several. (The global --table names the outbox table.)
+    #[arg(long = "only", value_name = "TABLE")]
+    pub tables: Vec<String>,
 }
 
 /// Options of `relay`.

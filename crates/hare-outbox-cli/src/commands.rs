@@ -1,15 +1,16 @@
-//! `migrate`, `schema` and `relay`: written once, generic over the backend.
+//! `migrate`, `schema` and `relay`: written once, generic over the backend (the wake-up aside,
+//! which only PostgreSQL has).
 
 use std::str::FromStr as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hare_outbox::postgres::PgBackend;
+use hare_outbox::postgres::{ListenNotifyWakeup, NotifyMode, PgBackend};
 use hare_outbox::sqlite::SqliteBackend;
 use hare_outbox::{Backend, CancellationToken, Outbox, OutboxRelay};
 use sqlx::Connection as _;
 
-use crate::config::{Database, DbKind, Settings};
+use crate::config::{Database, DbKind, Settings, WakeupMode, WakeupSettings};
 use crate::error::{redact_url, usage};
 
 /// How long connecting to the database may take at start-up.
@@ -144,18 +145,40 @@ pub async fn relay(
     let delivery = settings.delivery.build()?;
     // Validate before connecting, so a config mistake is reported as one.
     settings.relay.validate()?;
+    settings.wakeup.check_backend(database.kind)?;
     let db = Db::connect(database).await?;
-    with_backend!(db, backend => relay_on(backend, settings, delivery, create_table, shutdown).await)
+    match db {
+        Db::Postgres(backend) => {
+            let mut outbox = Outbox::new(backend.clone(), settings.table.clone());
+            if let WakeupSettings::ListenNotify { channel, mode } = &settings.wakeup {
+                let mode = match mode {
+                    WakeupMode::AfterCommit => NotifyMode::AfterCommit {
+                        coalesce: Duration::from_millis(1),
+                    },
+                    WakeupMode::InTransaction => NotifyMode::InTransaction,
+                };
+                let wakeup = ListenNotifyWakeup::new(backend.pool().clone())
+                    .with_channel(channel)
+                    .map_err(|e| usage(format!("[wakeup] {e}")))?
+                    .with_mode(mode);
+                outbox = outbox.with_wakeup(wakeup)?;
+            }
+            relay_on(outbox, settings, delivery, create_table, shutdown).await
+        }
+        Db::Sqlite(backend) => {
+            let outbox = Outbox::new(backend, settings.table.clone());
+            relay_on(outbox, settings, delivery, create_table, shutdown).await
+        }
+    }
 }
 
 async fn relay_on<B: Backend>(
-    backend: B,
+    outbox: Outbox<B>,
     settings: &Settings,
     delivery: std::sync::Arc<dyn hare_outbox::Delivery>,
     create_table: bool,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let outbox = Outbox::new(backend, settings.table.clone());
     if create_table {
         migrate_on(outbox.backend().clone(), settings).await?;
     }
@@ -164,6 +187,7 @@ async fn relay_on<B: Backend>(
         backend = outbox.backend().name(),
         table = %settings.table,
         delivery = %settings.delivery.describe(),
+        wakeup = %settings.wakeup.describe(),
         name = %config.name,
         poll_interval_seconds = config.poll_interval.as_secs_f64(),
         batch_size = config.batch_size,

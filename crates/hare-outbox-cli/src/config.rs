@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hare_outbox::{Delivery, JsonLinesDelivery, OutboxTable, RelayConfig};
+use hare_outbox::{ChangeCapture, Delivery, JsonLinesDelivery, OutboxTable, RelayConfig};
 use serde::Deserialize;
 
 use crate::cli::DEFAULT_CONFIG_FILE;
@@ -34,6 +34,88 @@ pub struct FileConfig {
     pub relay: RelaySection,
     /// Where events go.
     pub delivery: Option<DeliverySection>,
+    /// How relays are woken before the poll interval ends.
+    pub wakeup: Option<WakeupSection>,
+    /// Options every `[[capture]]` entry starts from (each entry replaces what it sets).
+    pub capture_defaults: Option<toml::Table>,
+    /// `[[capture]]`: one change capture per captured table, in the form of [`ChangeCapture`].
+    #[serde(default)]
+    pub capture: Vec<toml::Table>,
+}
+
+/// `[wakeup]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakeupSection {
+    /// `none` or `listen_notify`.
+    pub kind: Option<WakeupKind>,
+    /// listen_notify: the channel. Default `hare_outbox`.
+    pub channel: Option<String>,
+    /// listen_notify: when writers NOTIFY. Default `after_commit`.
+    pub mode: Option<WakeupMode>,
+}
+
+/// The kinds of wake-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeupKind {
+    /// No wake-up: relays poll.
+    None,
+    /// PostgreSQL LISTEN/NOTIFY.
+    ListenNotify,
+}
+
+/// When a writer using the config sends its NOTIFY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeupMode {
+    /// After commit, from a background task (only writes through an outbox transaction signal).
+    AfterCommit,
+    /// Inside the writing transaction: every enqueue signals, at a cost to concurrent writers.
+    InTransaction,
+}
+
+/// The wake-up, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeupSettings {
+    /// Relays poll only.
+    None,
+    /// PostgreSQL LISTEN/NOTIFY on `channel`.
+    ListenNotify {
+        /// The channel.
+        channel: String,
+        /// When writers NOTIFY.
+        mode: WakeupMode,
+    },
+}
+
+impl WakeupSettings {
+    /// Refuses a wake-up the backend of `kind` cannot carry.
+    ///
+    /// # Errors
+    /// A usage error naming the wake-up kind and the backend.
+    pub fn check_backend(&self, kind: DbKind) -> anyhow::Result<()> {
+        match (self, kind) {
+            (WakeupSettings::ListenNotify { .. }, DbKind::Sqlite) => Err(usage(
+                "[wakeup] kind = \"listen_notify\" needs PostgreSQL LISTEN/NOTIFY, but the database URL selects the sqlite backend; use kind = \"none\" (the relay polls) or a postgres:// URL",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A short description for the start-up log.
+    pub fn describe(&self) -> String {
+        match self {
+            WakeupSettings::None => "none (polling only)".to_owned(),
+            WakeupSettings::ListenNotify { channel, mode } => format!(
+                "listen_notify on channel {channel:?} ({})",
+                match mode {
+                    WakeupMode::AfterCommit => "after_commit",
+                    WakeupMode::InTransaction => "in_transaction",
+                }
+            ),
+        }
+    }
 }
 
 /// `[relay]`: every option of [`RelayConfig`], durations in seconds (fractions allowed).
@@ -190,6 +272,11 @@ pub struct Settings {
     pub relay: RelayConfig,
     /// The delivery.
     pub delivery: DeliverySettings,
+    /// The wake-up of the relay.
+    pub wakeup: WakeupSettings,
+    /// The `[[capture]]` entries with `[capture_defaults]` merged in, in file order; deserialized,
+    /// not yet validated.
+    pub captures: Vec<ChangeCapture>,
     /// Things worth a warning once logging is up.
     pub warnings: Vec<String>,
 }
@@ -290,6 +377,9 @@ pub fn resolve(
         .unwrap_or_default();
     let delivery = delivery_settings(file.delivery, &base_dir, env, &mut warnings)
         .with_context(|| format!("[delivery]{in_file}"))?;
+    let wakeup =
+        wakeup_settings(file.wakeup.as_ref()).with_context(|| format!("[wakeup]{in_file}"))?;
+    let captures = captures(file.capture_defaults.as_ref(), file.capture, &in_file)?;
 
     Ok(Settings {
         config_file: path,
@@ -297,8 +387,111 @@ pub fn resolve(
         table,
         relay,
         delivery,
+        wakeup,
+        captures,
         warnings,
     })
+}
+
+/// The LISTEN/NOTIFY channel when none is configured.
+pub const DEFAULT_WAKEUP_CHANNEL: &str = "hare_outbox";
+
+fn wakeup_settings(section: Option<&WakeupSection>) -> anyhow::Result<WakeupSettings> {
+    let Some(section) = section else {
+        return Ok(WakeupSettings::None);
+    };
+    let kind = section.kind.ok_or_else(|| {
+        usage("kind is missing; allowed: kind = \"none\" or kind = \"listen_notify\"")
+    })?;
+    match kind {
+        WakeupKind::None => {
+            for (key, set) in [
+                ("channel", section.channel.is_some()),
+                ("mode", section.mode.is_some()),
+            ] {
+                if set {
+                    return Err(usage(format!(
+                        "{key} applies to kind = \"listen_notify\" only; this wake-up is kind = \"none\""
+                    )));
+                }
+            }
+            Ok(WakeupSettings::None)
+        }
+        WakeupKind::ListenNotify => {
+            let channel = section
+                .channel
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WAKEUP_CHANNEL.to_owned());
+            if channel.is_empty() || channel.len() > 63 || channel.contains('\0') {
+                return Err(usage(format!(
+                    "channel = {channel:?} is not allowed; use a PostgreSQL channel name of 1 to 63 bytes"
+                )));
+            }
+            Ok(WakeupSettings::ListenNotify {
+                channel,
+                mode: section.mode.unwrap_or(WakeupMode::AfterCommit),
+            })
+        }
+    }
+}
+
+/// Deserializes each `[[capture]]` entry into a [`ChangeCapture`], starting from
+/// `[capture_defaults]` when given (the entry's options replace the defaults', `fields` replacing
+/// `exclude` and the other way round).
+fn captures(
+    defaults: Option<&toml::Table>,
+    entries: Vec<toml::Table>,
+    in_file: &str,
+) -> anyhow::Result<Vec<ChangeCapture>> {
+    if let Some(defaults) = defaults
+        && defaults.contains_key("table")
+    {
+        return Err(usage(format!(
+            "[capture_defaults]{in_file}: table is not a default; name the table in each [[capture]] entry"
+        )));
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let what = match entry.get("table").and_then(toml::Value::as_str) {
+            Some(table) => format!("[[capture]] #{} (table {table:?}){in_file}", i + 1),
+            None => format!("[[capture]] #{}{in_file}", i + 1),
+        };
+        let Some(table) = entry.get("table").cloned() else {
+            return Err(usage(format!(
+                "{what}: table is missing; every entry names the table it captures"
+            )));
+        };
+        let capture = match defaults {
+            None => entry
+                .try_into::<ChangeCapture>()
+                .map_err(|e| usage(format!("{what}: {}", e.to_string().trim_end())))?,
+            Some(defaults) => {
+                let mut base = defaults.clone();
+                base.insert("table".to_owned(), table);
+                let base = base.try_into::<ChangeCapture>().map_err(|e| {
+                    usage(format!(
+                        "[capture_defaults]{in_file} (for {what}): {}",
+                        e.to_string().trim_end()
+                    ))
+                })?;
+                let options =
+                    serde_json::to_value(&entry).map_err(|e| usage(format!("{what}: {e}")))?;
+                base.replace(options)
+                    .map_err(|e| usage(format!("{what}: {e}")))?
+            }
+        };
+        if let Some(earlier) = out
+            .iter()
+            .position(|c: &ChangeCapture| c.table == capture.table && c.schema == capture.schema)
+        {
+            return Err(usage(format!(
+                "{what}: the table is already captured by [[capture]] #{}; one entry per table",
+                earlier + 1
+            )));
+        }
+        out.push(capture);
+    }
+    Ok(out)
 }
 
 fn non_empty(value: Option<String>) -> Option<String> {
@@ -586,6 +779,105 @@ mod tests {
         };
         assert_eq!(webhook.secret.as_deref(), Some(&b"s3cret"[..]));
         assert!(webhook.url.starts_with("http"));
+        assert_eq!(
+            settings.wakeup,
+            WakeupSettings::ListenNotify {
+                channel: "hare_outbox".to_owned(),
+                mode: WakeupMode::AfterCommit
+            }
+        );
+        assert_eq!(settings.captures.len(), 2);
+        for capture in &settings.captures {
+            capture.validate().unwrap();
+            assert_eq!(capture.payload, hare_outbox::ChangePayload::Changes);
+        }
+        let orders = &settings.captures[0];
+        assert_eq!(orders.table, "sales_orders");
+        assert_eq!(orders.exclude, ["updated_at", "created_at"]);
+        assert_eq!(orders.ordering_key.as_deref(), Some("{table}:{pk}"));
+        let prod = &settings.captures[1];
+        assert!(
+            prod.exclude.is_empty(),
+            "fields replaces the default exclude"
+        );
+        assert_eq!(prod.fields.as_ref().map(Vec::len), Some(4));
+    }
+
+    #[test]
+    fn wakeup_section_resolves_and_names_its_mistakes() {
+        let s = resolve_text("", &no_env).unwrap();
+        assert_eq!(s.wakeup, WakeupSettings::None);
+        let s = resolve_text("[wakeup]\nkind = \"none\"", &no_env).unwrap();
+        assert_eq!(s.wakeup, WakeupSettings::None);
+        let s = resolve_text(
+            "[wakeup]\nkind = \"listen_notify\"\nchannel = \"erp\"\nmode = \"in_transaction\"",
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(
+            s.wakeup,
+            WakeupSettings::ListenNotify {
+                channel: "erp".to_owned(),
+                mode: WakeupMode::InTransaction
+            }
+        );
+        assert!(s.wakeup.check_backend(DbKind::Postgres).is_ok());
+        let e = format!("{:#}", s.wakeup.check_backend(DbKind::Sqlite).unwrap_err());
+        assert!(e.contains("listen_notify") && e.contains("sqlite"), "{e}");
+
+        let e = parse("[wakeup]\nkind = \"redis\"").unwrap_err().to_string();
+        assert!(e.contains("none") && e.contains("listen_notify"), "{e}");
+        let e = parse("[wakeup]\nkind = \"listen_notify\"\nmode = \"later\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("after_commit") && e.contains("in_transaction"),
+            "{e}"
+        );
+        assert!(error_text("[wakeup]\nchannel = \"x\"").contains("kind"));
+        assert!(
+            error_text("[wakeup]\nkind = \"none\"\nmode = \"in_transaction\"").contains("mode")
+        );
+        let long = "c".repeat(64);
+        assert!(
+            error_text(&format!(
+                "[wakeup]\nkind = \"listen_notify\"\nchannel = \"{long}\""
+            ))
+            .contains("63 bytes")
+        );
+    }
+
+    #[test]
+    fn capture_entries_deserialize_and_merge_defaults() {
+        let s = resolve_text(
+            "[capture_defaults]\npayload = \"keys\"\nexclude = [\"updated_at\"]\n\n[[capture]]\ntable = \"a\"\n\n[[capture]]\ntable = \"b\"\nschema = \"erp\"\npayload = \"after\"\nordering_key = false\n",
+            &no_env,
+        )
+        .unwrap();
+        let [a, b] = &s.captures[..] else {
+            panic!("{:?}", s.captures)
+        };
+        assert_eq!(
+            (a.table.as_str(), a.payload),
+            ("a", hare_outbox::ChangePayload::Keys)
+        );
+        assert_eq!(a.exclude, ["updated_at"]);
+        assert_eq!(b.schema.as_deref(), Some("erp"));
+        assert_eq!(b.payload, hare_outbox::ChangePayload::After);
+        assert_eq!(b.ordering_key, None);
+        assert_eq!(b.exclude, ["updated_at"]);
+
+        assert!(error_text("[[capture]]\nlabel = \"x\"").contains("table is missing"));
+        let e = error_text("[[capture]]\ntable = \"a\"\npayload_mode = \"after\"");
+        assert!(
+            e.contains("payload_mode") && e.contains("[[capture]] #1"),
+            "{e}"
+        );
+        assert!(error_text("[capture_defaults]\ntable = \"a\"").contains("capture_defaults"));
+        let e = error_text("[[capture]]\ntable = \"a\"\n[[capture]]\ntable = \"a\"");
+        assert!(e.contains("#2") && e.contains("#1"), "{e}");
+        let e = error_text("[capture_defaults]\npayload = \"all\"\n[[capture]]\ntable = \"a\"");
+        assert!(e.contains("capture_defaults") && e.contains("all"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Exit codes: 0 for a clean stop, 2 for a bad config or usage, 1 for a failure at run time.
+//! Exit codes: 0 for a clean stop, 2 for a bad config or usage, 1 for a failure at run time, 3
+//! when `capture status` finds a capture missing or drifted.
 
 use std::fmt;
 
@@ -19,17 +20,35 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
 }
 
+/// Captures differ from the config (`capture status`): exit code 3.
+#[derive(Debug)]
+pub struct DriftFound(pub String);
+
+impl fmt::Display for DriftFound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DriftFound {}
+
 /// Exit code of a clean stop.
 pub const EXIT_OK: u8 = 0;
 /// Exit code of a failure at run time (database unreachable, migration refused, …).
 pub const EXIT_RUNTIME: u8 = 1;
 /// Exit code of a bad config file, option or environment variable.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code of `capture status` when a capture is missing, drifted or not in the config.
+pub const EXIT_DRIFT: u8 = 3;
 
 /// The exit code for `error`: [`EXIT_USAGE`] when anything in its chain is a [`UsageError`] or a
-/// configuration or validation error of the library, else [`EXIT_RUNTIME`].
+/// configuration or validation error of the library, [`EXIT_DRIFT`] for [`DriftFound`], else
+/// [`EXIT_RUNTIME`].
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
+        if cause.is::<DriftFound>() {
+            return EXIT_DRIFT;
+        }
         if cause.is::<UsageError>() {
             return EXIT_USAGE;
         }
@@ -93,6 +112,8 @@ mod tests {
         assert_eq!(exit_code(&e.context("loading config")), EXIT_USAGE);
         let e = anyhow::Error::new(hare_outbox::Error::database(std::io::Error::other("down")));
         assert_eq!(exit_code(&e), EXIT_RUNTIME);
+        let e = anyhow::Error::new(DriftFound("1 capture differs".into()));
+        assert_eq!(exit_code(&e.context("capture status")), EXIT_DRIFT);
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The `hare-outbox` command: `migrate`, `schema`, `relay` and `demo`.
+//! The `hare-outbox` command: `migrate`, `schema`, `capture`, `relay` and `demo`.
 //!
 //! Exit codes: 0 after a clean stop, 2 for a bad config file, option or environment variable, 1
-//! for a failure at run time. Logs go to stderr; events delivered to stdout go to stdout.
+//! for a failure at run time, 3 when `capture status` finds a capture missing or drifted. Logs go
+//! to stderr; events delivered to stdout and command reports go to stdout.
 
 use std::process::ExitCode;
 
@@ -11,12 +12,13 @@ use tracing_subscriber::EnvFilter;
 
 #[macro_use]
 mod commands;
+mod capture;
 mod cli;
 mod config;
 mod demo;
 mod error;
 
-use cli::{Cli, Command};
+use cli::{CaptureCommand, Cli, Command};
 use error::{EXIT_OK, EXIT_USAGE, exit_code};
 
 fn main() -> ExitCode {
@@ -44,8 +46,14 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
-            eprintln!("hare-outbox: error: {}", error::render(&e));
-            ExitCode::from(exit_code(&e))
+            let code = exit_code(&e);
+            if code == error::EXIT_DRIFT {
+                // Not a failure of the command: its finding.
+                eprintln!("hare-outbox: {}", error::render(&e));
+            } else {
+                eprintln!("hare-outbox: error: {}", error::render(&e));
+            }
+            ExitCode::from(code)
         }
     }
 }
@@ -75,6 +83,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Migrate => commands::migrate(&settings).await,
         Command::Schema => commands::schema(&settings),
+        Command::Capture(CaptureCommand::Install(args)) => capture::install(&settings, &args).await,
+        Command::Capture(CaptureCommand::Uninstall(args)) => {
+            capture::uninstall(&settings, &args).await
+        }
+        Command::Capture(CaptureCommand::Status) => capture::status(&settings).await,
         Command::Relay(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "finishing the batch in flight");

@@ -1,16 +1,37 @@
 //! A small ERP on SQLite: sales orders, production orders, purchase orders and purchase requests,
-//! and the document changes the simulated users make. Each change is one transaction that reads
-//! the document, writes the new values and enqueues a `doc.updated` event in the outbox.
+//! and the document changes the simulated users make. Each change is one transaction that sets
+//! its author as the transaction's context, reads the document and writes the new values; the
+//! change-capture triggers of the four tables write the `doc.updated` (or `doc.inserted`) event,
+//! carrying the author, in the same transaction. No event is enqueued by hand.
 
 use anyhow::Context as _;
 use chrono::{Local, NaiveDate};
 use hare_outbox::sqlite::SqliteBackend;
-use hare_outbox::{Outbox, OutboxMessage};
+use hare_outbox::{ChangeCapture, ChangePayload, Outbox};
 use serde_json::{Map, Value, json};
 use sqlx::{AssertSqlSafe, Row as _, SqliteConnection, SqlitePool};
 
-/// The topic of every demo event.
-pub const TOPIC: &str = "doc.updated";
+/// The topic template of the captures: `doc.inserted`, `doc.updated`, `doc.deleted`.
+pub const TOPIC: &str = "doc.{operation}";
+
+/// Bookkeeping columns the captures leave out: touching only them is no change worth an event.
+const BOOKKEEPING: &[&str] = &["created_at", "updated_at"];
+
+/// The change captures of the four ERP tables: label = the entity (`sales_order`), the journal
+/// payload ([`ChangePayload::Changes`]), ordering key `<table>:<id>` (the journal's object).
+pub fn captures() -> Vec<ChangeCapture> {
+    ENTITIES
+        .iter()
+        .map(|entity| {
+            ChangeCapture::new(entity.table)
+                .with_label(entity.entity)
+                .with_topic(TOPIC)
+                .with_payload(ChangePayload::Changes)
+                .with_exclude(BOOKKEEPING.iter().copied())
+                .with_ordering_key(Some("{table}:{pk}"))
+        })
+        .collect()
+}
 
 /// The ERP tables. Amounts are decimal text ("0.00"), times `YYYY-MM-DD HH:MM:SS`, dates
 /// `YYYY-MM-DD`.
@@ -454,22 +475,28 @@ async fn read(conn: &mut SqliteConnection, entity: &Entity, id: i64) -> anyhow::
     Ok(out)
 }
 
-/// Makes one document change in one transaction: picks an open document (or opens a new one),
-/// reads it, writes the next step of its life and enqueues `doc.updated` with
-/// `{id, entity, from, changed}`, ordering key `<table>:<id>` and an `author` header.
+/// Makes one document change in one transaction: sets a random author as the transaction's
+/// context, picks an open document (or opens a new one), reads it and writes the next step of its
+/// life. The capture triggers write the events; returns their topics (`doc.updated`, and
+/// `doc.inserted` when a document was opened), for the wake-up after commit.
 ///
 /// # Errors
 /// When SQLite refuses a statement; nothing of the change is kept then.
 pub async fn change_one(
-    pool: &SqlitePool,
     outbox: &Outbox<SqliteBackend>,
     rng: &mut fastrand::Rng,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<String>> {
     let mut ctx = Ctx::new(rng.fork());
     let entity = pick_entity(&mut ctx);
-    // IMMEDIATE takes the write lock up front, so the read and the write see the same row even
-    // while the relay marks events.
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    // The backend begins with BEGIN IMMEDIATE: the write lock up front, so the read and the write
+    // see the same row even while the relay marks events.
+    let mut tx = outbox.begin().await?;
+    // First, so every event the triggers write in this transaction carries the author.
+    let author = ctx.pick(AUTHORS);
+    outbox
+        .set_context(&mut tx, json!({ "author": author }))
+        .await?;
+    let mut topics = vec!["doc.updated".to_owned()];
     if entity.table == "wh_purchase_requests" {
         ctx.purchase_order_id = match random_id(&mut tx, "wh_purchase_orders", &["closed"]).await? {
             Some(id) => Some(id),
@@ -479,7 +506,10 @@ pub async fn change_one(
     let id = match random_id(&mut tx, entity.table, entity.terminal).await? {
         Some(id) => id,
         // Every document of this kind reached its last step: a new one arrives.
-        None => insert(&mut tx, entity, &mut ctx).await?,
+        None => {
+            topics.insert(0, "doc.inserted".to_owned());
+            insert(&mut tx, entity, &mut ctx).await?
+        }
     };
     let row = read(&mut tx, entity, id).await?;
     let changes: Changes = (entity.next)(&row, &mut ctx)
@@ -512,24 +542,8 @@ pub async fn change_one(
         .execute(&mut *tx)
         .await
         .with_context(|| format!("updating {} #{id}", entity.table))?;
-
-    let from: Map<String, Value> = changes
-        .iter()
-        .map(|(name, _)| {
-            (
-                (*name).to_owned(),
-                row.get(*name).cloned().unwrap_or(Value::Null),
-            )
-        })
-        .collect();
-    let changed: Vec<&str> = changes.iter().map(|(name, _)| *name).collect();
-    let payload = json!({"id": id, "entity": entity.entity, "from": from, "changed": changed});
-    let message = OutboxMessage::new(TOPIC, payload)
-        .ordering_key(format!("{}:{id}", entity.table))
-        .header("author", ctx.pick(AUTHORS));
-    outbox.enqueue(&mut tx, message).await?;
     tx.commit().await?;
-    Ok(())
+    Ok(topics)
 }
 
 fn pick_entity(ctx: &mut Ctx) -> &'static Entity {

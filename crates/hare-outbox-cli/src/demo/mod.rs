@@ -1,9 +1,11 @@
 //! `hare-outbox demo`: the main job with zero set-up.
 //!
-//! A fresh SQLite file with ERP-like tables; a simulated workload changes documents, each change
-//! in one transaction with its `doc.updated` event; at the same time a relay delivers the events to
-//! a printer that plays a subscriber (refusing a share of deliveries, so retries show). It ends
-//! when every written event is delivered or dead-lettered — or on Ctrl-C — with one summary line.
+//! A fresh SQLite file with ERP-like tables, each captured by a change-capture trigger; a simulated
+//! workload changes documents, each change in one transaction that names its author (the
+//! transaction's context), and the triggers write a `doc.updated` event per changed row; at the
+//! same time a relay, woken in-process after each commit, delivers the events to a printer that
+//! plays a subscriber (refusing a share of deliveries, so retries show). It ends when every
+//! written event is delivered or dead-lettered — or on Ctrl-C — with one summary line.
 
 mod erp;
 
@@ -15,8 +17,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hare_outbox::sqlite::SqliteBackend;
 use hare_outbox::{
-    CancellationToken, DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxRelay, OutboxTable,
-    RelayConfig, RelayStats,
+    CancellationToken, DeliveryError, FnDelivery, InProcessWakeup, Outbox, OutboxEvent,
+    OutboxRelay, OutboxTable, RelayConfig, RelayStats,
 };
 use serde_json::{Value, json};
 
@@ -36,11 +38,20 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     let pool = open(&args.database).await?;
     let mut rng = fastrand::Rng::new();
     erp::create(&pool, &mut rng).await?;
-    let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::default());
+    // The in-process wake-up: the relay below polls as soon as a change commits.
+    let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::default())
+        .with_wakeup(InProcessWakeup::new())?;
     outbox
         .migrate()
         .await
         .context("creating the outbox table")?;
+    // Installed after the first documents exist: the journal starts with the first change.
+    for capture in erp::captures() {
+        capture
+            .install(&outbox)
+            .await
+            .with_context(|| format!("installing the change capture of {}", capture.table))?;
+    }
 
     eprintln!(
         "demo: {} document changes at {} per second into {}, subscriber refusing {:.0}% of deliveries; Ctrl-C stops early",
@@ -66,7 +77,8 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     };
     let config = RelayConfig::default()
         .with_name(format!("demo:{}", std::process::id()))
-        .with_poll_interval(Duration::from_millis(100))
+        // Wake-ups bring new events at once; polling finds the retries that fall due.
+        .with_poll_interval(Duration::from_millis(250))
         .with_batch_size(100)
         .with_retry_base(Duration::from_millis(100))
         .with_retry_max(Duration::from_secs(1))
@@ -80,10 +92,10 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         tokio::spawn(async move { relay.run(stop).await })
     };
 
-    let workload = workload(&pool, &outbox, &args, &mut rng, &shutdown).await;
-    let written = match &workload {
-        Ok(written) | Err((written, _)) => *written,
-    };
+    let workload = workload(&outbox, &args, &mut rng, &shutdown).await;
+    // The events the captures wrote: one per changed row, so a change that opened a document
+    // wrote two.
+    let written = count_events(&pool, &outbox).await?;
     let drained = if workload.is_ok() {
         drain(&relay, written, &shutdown).await
     } else {
@@ -99,7 +111,7 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     let stats = relay.stats();
     let summary = Summary::new(written, stats);
     printer.summary(&summary, shutdown.is_cancelled());
-    if let Err((_, error)) = workload {
+    if let Err(error) = workload {
         return Err(error.context("the workload failed"));
     }
     if !drained && !shutdown.is_cancelled() {
@@ -169,21 +181,34 @@ fn sqlite_url(path: &Path) -> String {
     url
 }
 
-/// Makes `args.events` changes at `args.rate` per second; returns how many were written.
-async fn workload(
+/// The number of events in the outbox table.
+async fn count_events(
     pool: &sqlx::SqlitePool,
+    outbox: &Outbox<SqliteBackend>,
+) -> anyhow::Result<u64> {
+    let sql = format!("SELECT COUNT(*) FROM {}", outbox.table());
+    let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .context("counting the events written")?;
+    Ok(u64::try_from(count).unwrap_or_default())
+}
+
+/// Makes `args.events` changes at `args.rate` per second (fewer on Ctrl-C), each followed by a
+/// wake-up of the relay.
+async fn workload(
     outbox: &Outbox<SqliteBackend>,
     args: &DemoArgs,
     rng: &mut fastrand::Rng,
     shutdown: &CancellationToken,
-) -> Result<u64, (u64, anyhow::Error)> {
+) -> anyhow::Result<()> {
     let mut ticker = (args.rate > 0.0).then(|| {
         let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker
     });
-    let mut written = 0;
-    while written < args.events {
+    let mut changes = 0;
+    while changes < args.events {
         if let Some(ticker) = ticker.as_mut() {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -195,19 +220,26 @@ async fn workload(
         let mut tries = 0;
         loop {
             tries += 1;
-            match erp::change_one(pool, outbox, rng).await {
-                Ok(_) => break,
+            match erp::change_one(outbox, rng).await {
+                Ok(topics) => {
+                    // The triggers wrote the events, which the transaction wrapper does not see:
+                    // signal their topics by hand. A lost signal only waits for the next poll.
+                    if let Some(wakeup) = outbox.wakeup() {
+                        let _ = wakeup.signal(&topics).await;
+                    }
+                    break;
+                }
                 // SQLite may report a busy database under contention; the change is retried whole.
                 Err(e) if tries < 5 => {
                     tracing::debug!(error = %format!("{e:#}"), "document change failed; trying again");
                     tokio::time::sleep(Duration::from_millis(20 * tries)).await;
                 }
-                Err(e) => return Err((written, e)),
+                Err(e) => return Err(e),
             }
         }
-        written += 1;
+        changes += 1;
     }
-    Ok(written)
+    Ok(())
 }
 
 /// Waits until every written event is delivered or dead-lettered; false on Ctrl-C or timeout.
@@ -281,7 +313,7 @@ impl Printer {
 
     fn header(&self) {
         self.line(&format!(
-            "{:>5}  {:<11}  {:<25} {:<25} {}",
+            "{:>5}  {:<12}  {:<25} {:<25} {}",
             "№", "event", "object", "who", "data"
         ));
     }
@@ -291,7 +323,7 @@ impl Printer {
             let attempt = event.attempts + 1;
             if !self.json {
                 self.line(&format!(
-                    "{:>5}  {:<11}  {:<25} ✗ attempt {attempt} refused by the subscriber (simulated); the relay retries with backoff",
+                    "{:>5}  {:<12}  {:<25} ✗ attempt {attempt} refused by the subscriber (simulated); the relay retries with backoff",
                     event.sequence,
                     event.topic,
                     object(event),
@@ -315,7 +347,7 @@ impl Printer {
                 String::new()
             };
             self.line(&format!(
-                "{:>5}  {:<11}  {:<25} {:<25} {}{retried}",
+                "{:>5}  {:<12}  {:<25} {:<25} {}{retried}",
                 event.sequence,
                 event.topic,
                 object(event),
@@ -371,22 +403,42 @@ fn object(event: &OutboxEvent) -> String {
     }
 }
 
-/// `status, eta_date (was status="confirmed", eta_date=null)`.
+/// The data column, from the capture envelope: for an update
+/// `status, eta_date (was status="confirmed", eta_date=null)`; for an insert
+/// `new: number="SO-00011", status="draft"` (its non-null columns); for a delete `deleted`.
 fn describe(payload: &Value) -> String {
-    let changed: Vec<&str> = payload
-        .get("changed")
-        .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let from = payload.get("from").and_then(Value::as_object);
-    let was: Vec<String> = changed
-        .iter()
-        .map(|name| {
-            let old = from.and_then(|f| f.get(*name)).unwrap_or(&Value::Null);
-            format!("{name}={old}")
-        })
-        .collect();
-    format!("{} (was {})", changed.join(", "), was.join(", "))
+    let object = |name: &str| payload.get(name).and_then(Value::as_object);
+    match payload.get("operation").and_then(Value::as_str) {
+        Some("inserted") => {
+            let values: Vec<String> = object("after")
+                .map(|after| {
+                    after
+                        .iter()
+                        .filter(|(name, value)| *name != "id" && !value.is_null())
+                        .map(|(name, value)| format!("{name}={value}"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("new: {}", values.join(", "))
+        }
+        Some("deleted") => "deleted".to_owned(),
+        _ => {
+            let changed: Vec<&str> = payload
+                .get("changed")
+                .and_then(Value::as_array)
+                .map(|names| names.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let before = object("before");
+            let was: Vec<String> = changed
+                .iter()
+                .map(|name| {
+                    let old = before.and_then(|b| b.get(*name)).unwrap_or(&Value::Null);
+                    format!("{name}={old}")
+                })
+                .collect();
+            format!("{} (was {})", changed.join(", "), was.join(", "))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -396,13 +448,23 @@ mod tests {
     #[test]
     fn payload_reads_as_changes_and_old_values() {
         let payload = json!({
-            "id": 22, "entity": "sales_order",
-            "from": {"status": "confirmed", "eta_date": null},
+            "model": "sales_order", "operation": "updated", "pk": 22,
             "changed": ["status", "eta_date"],
+            "before": {"status": "confirmed", "eta_date": null},
+            "after": {"status": "in_production", "eta_date": "2026-12-01"},
         });
         assert_eq!(
             describe(&payload),
             r#"status, eta_date (was status="confirmed", eta_date=null)"#
+        );
+        let payload = json!({
+            "model": "sales_order", "operation": "inserted", "pk": 31, "changed": null,
+            "before": null,
+            "after": {"id": 31, "number": "SO-00031", "status": "draft", "paid_at": null},
+        });
+        assert_eq!(
+            describe(&payload),
+            r#"new: number="SO-00031", status="draft""#
         );
     }
 

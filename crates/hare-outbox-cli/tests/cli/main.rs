@@ -3,9 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod capture;
 mod config_errors;
 mod demo;
 mod docs;
 mod relay_pg;
 mod sqlite;
 mod support;
+mod wakeup;

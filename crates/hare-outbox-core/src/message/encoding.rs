@@ -162,6 +162,9 @@ pub enum EncodeErrorKind {
     DuplicateKey,
     /// The value's own `Serialize` implementation reported an error.
     Serialize,
+    /// A string (value or key) holding the NUL character U+0000, which PostgreSQL's `jsonb` and
+    /// `text` cannot store; refused on every backend so an event is portable.
+    NulCharacter,
 }
 
 /// The JSON path step `.name`, or `."name"` (JSON-quoted) when `name` is not a plain identifier.
@@ -212,6 +215,13 @@ impl Failure {
         Failure::new(
             EncodeErrorKind::NonFiniteFloat,
             format!("{v} has no JSON number; only finite floats are allowed"),
+        )
+    }
+
+    fn nul() -> Self {
+        Failure::new(
+            EncodeErrorKind::NulCharacter,
+            "text holds a NUL character (U+0000), which PostgreSQL cannot store; remove it or use base64 bytes".to_owned(),
         )
     }
 
@@ -379,9 +389,15 @@ impl ser::Serializer for Encoder {
         finite(v)
     }
     fn serialize_char(self, v: char) -> Out {
+        if v == '\0' {
+            return Err(Failure::nul());
+        }
         Ok(Value::String(v.to_string()))
     }
     fn serialize_str(self, v: &str) -> Out {
+        if v.contains('\0') {
+            return Err(Failure::nul());
+        }
         Ok(Value::String(v.to_owned()))
     }
     fn serialize_bytes(self, v: &[u8]) -> Out {
@@ -811,9 +827,15 @@ impl ser::Serializer for KeyEncoder {
         }
     }
     fn serialize_char(self, v: char) -> Key {
+        if v == '\0' {
+            return Err(Failure::nul());
+        }
         Ok(v.to_string())
     }
     fn serialize_str(self, v: &str) -> Key {
+        if v.contains('\0') {
+            return Err(Failure::nul());
+        }
         Ok(v.to_owned())
     }
     fn serialize_bytes(self, _v: &[u8]) -> Key {
@@ -1529,5 +1551,29 @@ mod tests {
             let back = Duration::from_secs_f64(encode(&d).unwrap().as_f64().unwrap());
             prop_assert!(back.abs_diff(d) < Duration::from_micros(1), "{d:?} came back as {back:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    #[test]
+    fn nul_in_text_or_keys_is_refused_with_its_path() {
+        let e = encode(&serde_json::json!({"a": ["ok", "bad\u{0}"]})).unwrap_err();
+        assert_eq!(
+            (e.path(), e.kind()),
+            ("$.a[1]", EncodeErrorKind::NulCharacter)
+        );
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("k\u{0}", 1);
+        assert_eq!(
+            encode(&m).unwrap_err().kind(),
+            EncodeErrorKind::NulCharacter
+        );
+        assert_eq!(
+            encode(&'\u{0}').unwrap_err().kind(),
+            EncodeErrorKind::NulCharacter
+        );
     }
 }
