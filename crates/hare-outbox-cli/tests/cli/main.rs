@@ -7,6 +7,7 @@ mod capture;
 mod config_errors;
 mod demo;
 mod docs;
+mod kill_loop;
 mod relay_pg;
 mod sqlite;
 mod support;
