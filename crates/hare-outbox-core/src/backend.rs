@@ -465,4 +465,54 @@ pub trait Backend: Clone + Send + Sync + 'static {
             self.name()
         )))
     }
+
+    /// The DDL of an inbox table (consumer, event_id, processed_at). Defaults to unsupported.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a backend without an inbox.
+    fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
+        let _ = table;
+        Err(Error::Unsupported(format!(
+            "{} backend: inbox",
+            self.name()
+        )))
+    }
+
+    /// Creates the inbox table if missing.
+    async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
+        let _ = table;
+        Err(Error::Unsupported(format!(
+            "{} backend: inbox",
+            self.name()
+        )))
+    }
+
+    /// Records `(consumer, event_id)` on `conn`; `true` when new.
+    async fn inbox_record(
+        &self,
+        conn: &mut Self::Conn,
+        table: &OutboxTable,
+        consumer: &str,
+        event_id: Uuid,
+    ) -> Result<bool> {
+        let _ = (conn, table, consumer, event_id);
+        Err(Error::Unsupported(format!(
+            "{} backend: inbox",
+            self.name()
+        )))
+    }
+
+    /// Deletes at most `limit` inbox records processed before `before`; returns how many.
+    async fn inbox_delete_older(
+        &self,
+        table: &OutboxTable,
+        before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64> {
+        let _ = (table, before, limit);
+        Err(Error::Unsupported(format!(
+            "{} backend: inbox",
+            self.name()
+        )))
+    }
 }

@@ -24,6 +24,7 @@
 
 mod capture;
 mod error;
+mod inbox;
 mod sql;
 mod wakeup;
 
@@ -434,6 +435,33 @@ impl Backend for PgBackend {
         params: &hare_outbox_core::backend::ContextSetParams,
     ) -> Result<()> {
         capture::context_set(conn, params).await
+    }
+
+    fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
+        Ok(inbox::schema_sql(table))
+    }
+
+    async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
+        inbox::migrate(&self.pool, table).await
+    }
+
+    async fn inbox_record(
+        &self,
+        conn: &mut PgConnection,
+        table: &OutboxTable,
+        consumer: &str,
+        event_id: Uuid,
+    ) -> Result<bool> {
+        inbox::record(conn, table, consumer, event_id).await
+    }
+
+    async fn inbox_delete_older(
+        &self,
+        table: &OutboxTable,
+        before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64> {
+        inbox::delete_older(&self.pool, table, before, limit).await
     }
 }
 

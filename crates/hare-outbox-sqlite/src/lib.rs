@@ -38,6 +38,7 @@
 mod capture;
 mod decode;
 mod error;
+mod inbox;
 mod sql;
 
 use std::str::FromStr;
@@ -663,5 +664,37 @@ impl Backend for SqliteBackend {
         params: &hare_outbox_core::backend::ContextSetParams,
     ) -> Result<()> {
         capture::context_set(conn, table, params).await
+    }
+
+    fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
+        Ok(inbox::schema_sql(table))
+    }
+
+    async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
+        let mut tx = self.begin_immediate().await?;
+        sqlx::raw_sql(AssertSqlSafe(inbox::schema_sql(table)))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)
+    }
+
+    async fn inbox_record(
+        &self,
+        conn: &mut SqliteConnection,
+        table: &OutboxTable,
+        consumer: &str,
+        event_id: Uuid,
+    ) -> Result<bool> {
+        inbox::record(conn, table, consumer, event_id).await
+    }
+
+    async fn inbox_delete_older(
+        &self,
+        table: &OutboxTable,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: i64,
+    ) -> Result<u64> {
+        inbox::delete_older(&self.pool, table, before, limit).await
     }
 }

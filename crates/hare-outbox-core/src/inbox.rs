@@ -1,0 +1,113 @@
+//! The consumer-side inbox: at-least-once delivery becomes an exactly-once effect (DESIGN §9.9).
+//!
+//! A consumer records each received event id in its own transaction, together with the work the
+//! event causes; a redelivered event finds its id recorded and is skipped. Receivers of webhooks
+//! check the signature first with `hare_outbox::webhook::verify_signature`.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::table::OutboxTable;
+
+/// Default inbox table name.
+pub const DEFAULT_INBOX_TABLE: &str = "hare_outbox_inbox";
+
+/// Rows deleted per statement by [`Inbox::cleanup`].
+pub const CLEANUP_BATCH: i64 = 1000;
+
+/// One inbox table: `(consumer, event_id)` pairs already processed, with the time.
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::SqlitePool, inbox: hare_outbox_core::inbox::Inbox<impl hare_outbox_core::Backend<Conn = sqlx::SqliteConnection>>, event_id: uuid::Uuid) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tx = pool.begin().await?;
+/// if inbox.process_once(&mut *tx, "billing", event_id).await? {
+///     // … apply the event's effect in the same transaction …
+/// }
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Inbox<B: Backend> {
+    backend: B,
+    table: OutboxTable,
+}
+
+impl<B: Backend> Inbox<B> {
+    /// An inbox in `table` (`name` or `schema.name`; [`DEFAULT_INBOX_TABLE`] is the usual name).
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] for a malformed table name.
+    pub fn new(backend: B, table: &str) -> Result<Self> {
+        Ok(Inbox {
+            backend,
+            table: OutboxTable::parse(table)?,
+        })
+    }
+
+    /// The DDL of the inbox table, for your own migration tool. Idempotent.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a backend without an inbox.
+    pub fn schema_sql(&self) -> Result<String> {
+        self.backend.inbox_schema_sql(&self.table)
+    }
+
+    /// Creates the inbox table if it is missing.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the DDL fails; [`Error::Unsupported`] on a backend without an inbox.
+    pub async fn migrate(&self) -> Result<()> {
+        self.backend.inbox_migrate(&self.table).await
+    }
+
+    /// Records that `consumer` processes `event_id`, on `conn` (the consumer's own transaction), and
+    /// says whether it is new: `true` the first time — do the work in the same transaction —
+    /// `false` for a duplicate delivery. A concurrent transaction recording the same pair waits for
+    /// this one: it gets `false` if this one commits, `true` if it rolls back. A rolled-back
+    /// transaction leaves nothing recorded, so the event is processed again on redelivery.
+    ///
+    /// # Errors
+    /// [`Error::Validation`] for an empty or over-255-character consumer name (nothing written);
+    /// [`Error::Database`] when the insert fails.
+    pub async fn process_once(
+        &self,
+        conn: &mut B::Conn,
+        consumer: &str,
+        event_id: Uuid,
+    ) -> Result<bool> {
+        if consumer.trim().is_empty() || consumer.chars().count() > 255 || consumer.contains('\0') {
+            return Err(Error::validation(
+                "consumer",
+                format!("{consumer:?} must have 1 to 255 characters and no NUL"),
+            ));
+        }
+        self.backend
+            .inbox_record(conn, &self.table, consumer, event_id)
+            .await
+    }
+
+    /// Deletes records older than `older_than`, in batches of [`CLEANUP_BATCH`] rows; returns how
+    /// many. Keep records longer than the longest redelivery you expect (lease plus retries).
+    ///
+    /// # Errors
+    /// [`Error::Database`] when a delete fails.
+    pub async fn cleanup(&self, older_than: Duration) -> Result<u64> {
+        let before =
+            Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
+        let mut total = 0;
+        loop {
+            let n = self
+                .backend
+                .inbox_delete_older(&self.table, before, CLEANUP_BATCH)
+                .await?;
+            total += n;
+            if n < CLEANUP_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
