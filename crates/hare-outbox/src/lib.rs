@@ -55,6 +55,7 @@
 //! | `postgres` | [`postgres::PgBackend`]: PostgreSQL ≥ 13, `FOR UPDATE SKIP LOCKED` leases |
 //! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures |
 //! | `redis` | [`redis::RedisStreamsDelivery`] (XADD, one pipeline per batch) and [`redis::RedisWakeup`] |
+//! | `rabbitmq` | [`rabbitmq::RabbitMqDelivery`] (persistent, publisher confirms) and [`rabbitmq::RabbitMqWakeup`] |
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 
 pub use hare_outbox_core::*;
@@ -81,6 +82,12 @@ pub mod redis {
 #[cfg(feature = "nats")]
 pub mod nats {
     pub use hare_outbox_nats::*;
+}
+
+/// RabbitMQ delivery with publisher confirms and the fanout wake-up.
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq {
+    pub use hare_outbox_rabbitmq::*;
 }
 
 /// The HTTP webhook delivery.
