@@ -144,7 +144,7 @@ start_rabbitmq() {
   wait_port 5672 RabbitMQ
 }
 
-export HARE_OUTBOX_TEST_AMQP_URL="${HARE_OUTBOX_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+export HARE_OUTBOX_TEST_RABBITMQ_URL="${HARE_OUTBOX_TEST_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
 
 start_postgres
 ensure_test_database
