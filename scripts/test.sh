@@ -144,6 +144,14 @@ start_rabbitmq() {
   wait_port 5672 RabbitMQ
 }
 
+start_mosquitto() {
+  command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || install_debian mosquitto
+  port_open 1883 && return
+  say "starting Mosquitto"
+  mosquitto -d -c /etc/mosquitto/mosquitto.conf
+  wait_port 1883 Mosquitto
+}
+
 export HARE_OUTBOX_TEST_RABBITMQ_URL="${HARE_OUTBOX_TEST_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
 
 start_postgres
@@ -151,6 +159,7 @@ ensure_test_database
 start_redis
 start_nats
 start_rabbitmq
+start_mosquitto
 start_kafka
 
 if ! cargo nextest --version >/dev/null 2>&1; then

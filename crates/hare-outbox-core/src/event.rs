@@ -71,6 +71,31 @@ pub enum EventStatus {
 }
 
 impl OutboxEvent {
+    /// A never-stored event as a relay would hand it to a delivery: sequence 0, a fresh UUID v7,
+    /// created now, no headers, no keys, never attempted. For testing deliveries — your own
+    /// [`Delivery`](crate::Delivery) included — without a database; set other fields with struct
+    /// update syntax (`OutboxEvent { ordering_key: Some(..), ..OutboxEvent::new(..) }`).
+    pub fn new(topic: impl Into<String>, payload: Value) -> Self {
+        OutboxEvent {
+            sequence: 0,
+            id: Uuid::now_v7(),
+            topic: topic.into(),
+            payload,
+            headers: Map::new(),
+            ordering_key: None,
+            idempotency_key: None,
+            created_at: Utc::now(),
+            attempts: 0,
+            last_error: None,
+            next_attempt_at: None,
+            lease_until: None,
+            leased_by: None,
+            published_at: None,
+            dead_lettered_at: None,
+            extra: Map::new(),
+        }
+    }
+
     /// The status at time `now`.
     pub fn status(&self, now: DateTime<Utc>) -> EventStatus {
         if self.published_at.is_some() {

@@ -22,13 +22,16 @@ pub const CLEANUP_BATCH: i64 = 1000;
 /// One inbox table: `(consumer, event_id)` pairs already processed, with the time.
 ///
 /// ```no_run
-/// # async fn example(pool: sqlx::SqlitePool, inbox: hare_outbox_core::inbox::Inbox<impl hare_outbox_core::Backend<Conn = sqlx::SqliteConnection>>, event_id: uuid::Uuid) -> Result<(), Box<dyn std::error::Error>> {
-/// let mut tx = pool.begin().await?;
-/// if inbox.process_once(&mut *tx, "billing", event_id).await? {
-///     // … apply the event's effect in the same transaction …
+/// use hare_outbox_core::inbox::Inbox;
+/// use hare_outbox_core::Backend;
+///
+/// // `tx` is the consumer's own transaction (`&mut *tx` with sqlx).
+/// async fn handle<B: Backend>(inbox: &Inbox<B>, tx: &mut B::Conn, event_id: uuid::Uuid) -> hare_outbox_core::Result<()> {
+///     if inbox.process_once(tx, "billing", event_id).await? {
+///         // … apply the event's effect in the same transaction, then commit it …
+///     }
+///     Ok(())
 /// }
-/// tx.commit().await?;
-/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Inbox<B: Backend> {

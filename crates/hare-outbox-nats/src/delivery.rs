@@ -475,28 +475,14 @@ impl Delivery for NatsDelivery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Utc;
-    use serde_json::{Map, json};
-    use uuid::Uuid;
+    use serde_json::json;
 
     fn event(topic: &str, key: Option<&str>, headers: serde_json::Value) -> OutboxEvent {
         OutboxEvent {
             sequence: 1,
-            id: Uuid::now_v7(),
-            topic: topic.to_owned(),
-            payload: json!({"n": 1}),
             headers: headers.as_object().cloned().unwrap_or_default(),
             ordering_key: key.map(str::to_owned),
-            idempotency_key: None,
-            created_at: Utc::now(),
-            attempts: 0,
-            last_error: None,
-            next_attempt_at: None,
-            lease_until: None,
-            leased_by: None,
-            published_at: None,
-            dead_lettered_at: None,
-            extra: Map::new(),
+            ..OutboxEvent::new(topic.to_owned(), json!({"n": 1}))
         }
     }
 

@@ -315,27 +315,12 @@ impl Delivery for RedisStreamsDelivery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Utc;
-    use uuid::Uuid;
 
     fn event(topic: &str, key: Option<&str>) -> OutboxEvent {
         OutboxEvent {
             sequence: 1,
-            id: Uuid::now_v7(),
-            topic: topic.to_owned(),
-            payload: serde_json::json!({"n": 1}),
-            headers: Map::new(),
             ordering_key: key.map(str::to_owned),
-            idempotency_key: None,
-            created_at: Utc::now(),
-            attempts: 0,
-            last_error: None,
-            next_attempt_at: None,
-            lease_until: None,
-            leased_by: None,
-            published_at: None,
-            dead_lettered_at: None,
-            extra: Map::new(),
+            ..OutboxEvent::new(topic.to_owned(), serde_json::json!({"n": 1}))
         }
     }
 

@@ -22,21 +22,8 @@ fn event(topic: &str, payload: Value, headers: Value) -> OutboxEvent {
     };
     OutboxEvent {
         sequence: 1,
-        id: uuid::Uuid::now_v7(),
-        topic: topic.to_owned(),
-        payload,
         headers,
-        ordering_key: None,
-        idempotency_key: None,
-        created_at: chrono::Utc::now(),
-        attempts: 0,
-        last_error: None,
-        next_attempt_at: None,
-        lease_until: None,
-        leased_by: None,
-        published_at: None,
-        dead_lettered_at: None,
-        extra: Map::new(),
+        ..OutboxEvent::new(topic.to_owned(), payload)
     }
 }
 

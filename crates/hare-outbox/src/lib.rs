@@ -56,6 +56,8 @@
 //! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures |
 //! | `redis` | [`redis::RedisStreamsDelivery`] (XADD, one pipeline per batch) and [`redis::RedisWakeup`] |
 //! | `rabbitmq` | [`rabbitmq::RabbitMqDelivery`] (persistent, publisher confirms) and [`rabbitmq::RabbitMqWakeup`] |
+//! | `kafka` | [`kafka::KafkaDelivery`] (idempotent, acks=all, key = ordering key) and [`kafka::KafkaWakeup`] |
+//! | `mqtt` | [`mqtt::MqttDelivery`]: QoS 1, topic dots mapped to slashes |
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 
 pub use hare_outbox_core::*;
@@ -88,6 +90,18 @@ pub mod nats {
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq {
     pub use hare_outbox_rabbitmq::*;
+}
+
+/// MQTT delivery (QoS 1, acknowledged).
+#[cfg(feature = "mqtt")]
+pub mod mqtt {
+    pub use hare_outbox_mqtt::*;
+}
+
+/// Kafka delivery (idempotent producer, acks=all) and the signal-topic wake-up.
+#[cfg(feature = "kafka")]
+pub mod kafka {
+    pub use hare_outbox_kafka::*;
 }
 
 /// The HTTP webhook delivery.

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use chrono::Utc;
 use hare_outbox_core::{Outbox, OutboxEvent, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
@@ -112,21 +111,9 @@ pub fn event(topic: &str, key: Option<&str>, payload: Value, headers: Value) -> 
     };
     OutboxEvent {
         sequence: 1,
-        id: uuid::Uuid::now_v7(),
-        topic: topic.to_owned(),
-        payload,
         headers,
         ordering_key: key.map(str::to_owned),
-        idempotency_key: None,
-        created_at: Utc::now(),
-        attempts: 0,
-        last_error: None,
-        next_attempt_at: None,
-        lease_until: None,
-        leased_by: None,
-        published_at: None,
-        dead_lettered_at: None,
-        extra: Map::new(),
+        ..OutboxEvent::new(topic.to_owned(), payload)
     }
 }
 
