@@ -402,10 +402,16 @@ impl<B: Backend> Inner<B> {
     }
 
     async fn poll_once(&self) -> Result<PollOutcome> {
+        let result = self.poll().await;
+        // Counted when the poll is over, so `polls >= n` means its lease has run.
+        self.stats.polls.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    async fn poll(&self) -> Result<PollOutcome> {
         let config = &self.config;
         let backend = self.outbox.backend();
         let table = self.outbox.table();
-        self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let now = Utc::now();
         let events = backend
             .event_lease(

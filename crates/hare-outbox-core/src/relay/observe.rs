@@ -60,7 +60,7 @@ impl<F: Fn(&RelayEvent) + Send + Sync + 'static> RelayObserver for F {
 /// Totals since the relay was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RelayStats {
-    /// Polls that ran (empty ones included).
+    /// Polls finished (empty and failed ones included); counted at the end of each poll.
     pub polls: u64,
     /// Events leased.
     pub leased: u64,
