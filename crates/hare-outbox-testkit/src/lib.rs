@@ -2,6 +2,8 @@
 //! a real HTTP receiver on loopback, recording deliveries. Not published.
 
 pub mod http;
+pub mod logs;
+pub mod net;
 pub mod pg;
 pub mod record;
 pub mod sqlite;

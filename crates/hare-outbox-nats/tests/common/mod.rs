@@ -3,10 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -15,8 +13,11 @@ use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
 use hare_outbox_testkit::wait_for;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+
+#[allow(unused_imports)] // not every test binary uses every helper
+pub use hare_outbox_testkit::logs::Logs;
+#[allow(unused_imports)]
+pub use hare_outbox_testkit::net::DelayProxy;
 
 /// Every wait of these tests is bounded by this unless it says otherwise.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -222,93 +223,5 @@ impl Drop for NatsServer {
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A TCP proxy to `127.0.0.1:upstream` that holds every chunk from the client for `delay` before
-/// passing it on: n round trips take at least n × `delay`.
-pub struct DelayProxy {
-    pub port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl DelayProxy {
-    pub async fn start(upstream: u16, delay: Duration) -> DelayProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                        return;
-                    };
-                    let (mut client_read, mut client_write) = inbound.into_split();
-                    let (mut server_read, mut server_write) = outbound.into_split();
-                    let up = tokio::spawn(async move {
-                        let mut buf = vec![0u8; 1 << 20];
-                        while let Ok(n) = client_read.read(&mut buf).await {
-                            if n == 0 {
-                                break;
-                            }
-                            tokio::time::sleep(delay).await;
-                            if server_write.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-                    up.abort();
-                });
-            }
-        });
-        DelayProxy { port, task }
-    }
-}
-
-impl Drop for DelayProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Log lines written while the guard lives, on this thread (use a current-thread runtime so that
-/// spawned tasks log here too).
-#[derive(Clone, Default)]
-pub struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .finish();
-        let guard = tracing::subscriber::set_default(subscriber);
-        (logs, guard)
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    /// The lines at `level` (e.g. "ERROR") that contain `needle`.
-    pub fn lines(&self, level: &str, needle: &str) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(level) && l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
