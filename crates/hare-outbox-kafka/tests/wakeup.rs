@@ -8,14 +8,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{WAIT, bootstrap, create_topic, pg_outbox, read, unique};
-use hare_outbox_core::{OutboxMessage, OutboxRelay, RelayConfig, Wakeup, WakeupSubscription};
+use hare_outbox_core::{OutboxRelay, RelayConfig, Wakeup, WakeupSubscription};
 use hare_outbox_kafka::rdkafka::ClientConfig;
 use hare_outbox_kafka::rdkafka::Message;
 use hare_outbox_kafka::rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use hare_outbox_kafka::rdkafka::client::DefaultClientContext;
 use hare_outbox_kafka::{KafkaDelivery, KafkaWakeup};
-use hare_outbox_testkit::wait_for;
-use serde_json::json;
 
 fn topics(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| (*n).to_owned()).collect()
@@ -149,29 +147,14 @@ async fn a_relay_delivers_within_two_seconds_of_a_commit() {
     )
     .unwrap();
     relay.start().unwrap();
-    // The relay subscribes before its first poll, then sleeps for 60 s.
-    wait_for("the first poll", WAIT, || async {
-        (relay.stats().polls >= 1).then_some(())
-    })
+    hare_outbox_testkit::scenario::assert_relay_wakes_on_each_commit(
+        &outbox,
+        &relay,
+        &event_topic,
+        3,
+        Duration::from_secs(2),
+    )
     .await;
-
-    for round in 1..=3u64 {
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(OutboxMessage::new(&event_topic, json!({ "round": round })))
-            .await
-            .unwrap();
-        let committed = Instant::now();
-        tx.commit().await.unwrap();
-        wait_for("the woken relay's delivery", WAIT, || async {
-            (relay.stats().delivered >= round).then_some(())
-        })
-        .await;
-        let latency = committed.elapsed();
-        assert!(
-            latency < Duration::from_secs(2),
-            "woken by the signal, not the 60 s poll: {latency:?}"
-        );
-    }
     relay.stop().await.unwrap();
     wakeup.close().await.unwrap();
     let messages = read(&event_topic, 1, 3).await;

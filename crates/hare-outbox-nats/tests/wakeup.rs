@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
     Logs, NatsServer, WAIT, closed_port, connect, delete_stream, pg_outbox, stream_len, unique, url,
@@ -105,31 +105,14 @@ async fn a_relay_delivers_within_a_second_of_a_commit() {
     )
     .unwrap();
     relay.start().unwrap();
-    wait_for("the first poll", WAIT, || async {
-        (relay.stats().polls >= 1).then_some(())
-    })
+    hare_outbox_testkit::scenario::assert_relay_wakes_on_each_commit(
+        &outbox,
+        &relay,
+        "orders.created",
+        3,
+        Duration::from_secs(1),
+    )
     .await;
-
-    for round in 1..=3u64 {
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(OutboxMessage::new(
-            "orders.created",
-            json!({ "round": round }),
-        ))
-        .await
-        .unwrap();
-        let committed = Instant::now();
-        tx.commit().await.unwrap();
-        wait_for("the woken relay's delivery", WAIT, || async {
-            (relay.stats().delivered == round).then_some(())
-        })
-        .await;
-        let latency = committed.elapsed();
-        assert!(
-            latency < Duration::from_secs(1),
-            "woken by the signal, not the 60 s poll: {latency:?}"
-        );
-    }
     assert_eq!(stream_len(&client, &stream).await, 3);
     relay.stop().await.unwrap();
     wakeup.close().await.unwrap();

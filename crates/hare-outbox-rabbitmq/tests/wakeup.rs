@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Admin, WAIT, close_connection, connections_named, pg_outbox, unique, url};
-use hare_outbox_core::{OutboxMessage, OutboxRelay, RelayConfig, Wakeup, WakeupSubscription};
+use hare_outbox_core::{OutboxRelay, RelayConfig, Wakeup, WakeupSubscription};
 use hare_outbox_rabbitmq::{RabbitMqDelivery, RabbitMqWakeup};
 use hare_outbox_testkit::wait_for;
 use serde_json::json;
@@ -104,31 +104,14 @@ async fn a_relay_delivers_within_a_second_of_a_commit() {
     )
     .unwrap();
     relay.start().unwrap();
-    wait_for("the first poll", WAIT, || async {
-        (relay.stats().polls >= 1).then_some(())
-    })
+    hare_outbox_testkit::scenario::assert_relay_wakes_on_each_commit(
+        &outbox,
+        &relay,
+        "orders.created",
+        3,
+        Duration::from_secs(1),
+    )
     .await;
-
-    for round in 1..=3u64 {
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(OutboxMessage::new(
-            "orders.created",
-            json!({ "round": round }),
-        ))
-        .await
-        .unwrap();
-        let committed = Instant::now();
-        tx.commit().await.unwrap();
-        wait_for("the woken relay's delivery", WAIT, || async {
-            (relay.stats().delivered == round).then_some(())
-        })
-        .await;
-        let latency = committed.elapsed();
-        assert!(
-            latency < Duration::from_secs(1),
-            "woken by the signal, not the 60 s poll: {latency:?}"
-        );
-    }
     for round in 1..=3u64 {
         let message = admin.get(&queue).await;
         let payload: serde_json::Value = serde_json::from_slice(&message.delivery.data).unwrap();

@@ -6,6 +6,7 @@ pub mod logs;
 pub mod net;
 pub mod pg;
 pub mod record;
+pub mod scenario;
 pub mod sqlite;
 
 /// Polls `check` every 10 ms until it returns `Some`, or panics after `timeout` with `what`.
