@@ -9,7 +9,6 @@ use hare_outbox_core::Error;
 use hare_outbox_core::inbox::{DEFAULT_INBOX_TABLE, Inbox};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
-use hare_outbox_testkit::wait_for;
 use uuid::Uuid;
 
 async fn setup() -> (TestSchema, Inbox<PgBackend>) {
@@ -108,21 +107,7 @@ async fn concurrent_receivers_of_one_event_process_it_once() {
             new
         })
     };
-    let pid = pid_rx.await.unwrap();
-    wait_for(
-        "the second receiver to wait",
-        Duration::from_secs(10),
-        || async {
-            let waiting: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted")
-                    .bind(pid)
-                    .fetch_one(&schema.pool)
-                    .await
-                    .unwrap();
-            (waiting > 0).then_some(())
-        },
-    )
-    .await;
+    hare_outbox_testkit::pg::wait_until_blocked(&schema.pool, pid_rx.await.unwrap()).await;
     first.commit().await.unwrap();
     assert!(!second.await.unwrap(), "the second sees the first's record");
     schema.drop_schema().await;

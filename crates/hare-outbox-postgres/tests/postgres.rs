@@ -220,6 +220,36 @@ async fn duplicate_idempotency_key_returns_the_stored_event() {
     schema.drop_schema().await;
 }
 
+/// Enqueues `key` in a second transaction on its own task and returns once that insert waits for
+/// the first transaction's uncommitted key; the task commits and yields the event it got.
+async fn second_writer_blocked_on(
+    schema: &TestSchema,
+    outbox: &Outbox<PgBackend>,
+    key: &'static str,
+) -> tokio::task::JoinHandle<OutboxEvent> {
+    let (outbox, pool) = (outbox.clone(), schema.pool.clone());
+    let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
+    let task = tokio::spawn(async move {
+        let mut tx2 = pool.begin().await.unwrap();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *tx2)
+            .await
+            .unwrap();
+        pid_tx.send(pid).unwrap();
+        let e = outbox
+            .enqueue(
+                &mut *tx2,
+                OutboxMessage::new("b", json!(2)).idempotency_key(key),
+            )
+            .await
+            .unwrap();
+        tx2.commit().await.unwrap();
+        e
+    });
+    hare_outbox_testkit::pg::wait_until_blocked(&schema.pool, pid_rx.await.unwrap()).await;
+    task
+}
+
 #[tokio::test]
 async fn concurrent_transactions_with_one_key_wait_for_the_first() {
     let (schema, outbox) = setup("outbox").await;
@@ -232,45 +262,7 @@ async fn concurrent_transactions_with_one_key_wait_for_the_first() {
         )
         .await
         .unwrap();
-    let second = {
-        let outbox = outbox.clone();
-        let pool = schema.pool.clone();
-        let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
-        let task = tokio::spawn(async move {
-            let mut tx2 = pool.begin().await.unwrap();
-            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                .fetch_one(&mut *tx2)
-                .await
-                .unwrap();
-            pid_tx.send(pid).unwrap();
-            let e = outbox
-                .enqueue(
-                    &mut *tx2,
-                    OutboxMessage::new("b", json!(2)).idempotency_key("k"),
-                )
-                .await
-                .unwrap();
-            tx2.commit().await.unwrap();
-            e
-        });
-        let pid = pid_rx.await.unwrap();
-        wait_for(
-            "the second insert to block on the key",
-            Duration::from_secs(10),
-            || async {
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted",
-                )
-                .bind(pid)
-                .fetch_one(&schema.pool)
-                .await
-                .unwrap();
-                (waiting > 0).then_some(())
-            },
-        )
-        .await;
-        task
-    };
+    let second = second_writer_blocked_on(&schema, &outbox, "k").await;
     tx1.commit().await.unwrap();
     assert_eq!(second.await.unwrap(), first);
 
@@ -283,45 +275,7 @@ async fn concurrent_transactions_with_one_key_wait_for_the_first() {
         )
         .await
         .unwrap();
-    let second = {
-        let outbox = outbox.clone();
-        let pool = schema.pool.clone();
-        let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
-        let task = tokio::spawn(async move {
-            let mut tx2 = pool.begin().await.unwrap();
-            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                .fetch_one(&mut *tx2)
-                .await
-                .unwrap();
-            pid_tx.send(pid).unwrap();
-            let e = outbox
-                .enqueue(
-                    &mut *tx2,
-                    OutboxMessage::new("b", json!(2)).idempotency_key("k2"),
-                )
-                .await
-                .unwrap();
-            tx2.commit().await.unwrap();
-            e
-        });
-        let pid = pid_rx.await.unwrap();
-        wait_for(
-            "the second insert to block on the key",
-            Duration::from_secs(10),
-            || async {
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted",
-                )
-                .bind(pid)
-                .fetch_one(&schema.pool)
-                .await
-                .unwrap();
-                (waiting > 0).then_some(())
-            },
-        )
-        .await;
-        task
-    };
+    let second = second_writer_blocked_on(&schema, &outbox, "k2").await;
     tx1.rollback().await.unwrap();
     let own = second.await.unwrap();
     assert_eq!(own.topic, "b");

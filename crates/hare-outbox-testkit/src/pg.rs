@@ -73,3 +73,24 @@ impl TestSchema {
 fn fastrand_u64() -> u64 {
     uuid::Uuid::new_v4().as_u64_pair().0
 }
+
+/// Waits (at most 10 s) until the backend `pid` waits for a lock another transaction holds.
+///
+/// # Panics
+/// When it does not within 10 s.
+pub async fn wait_until_blocked(pool: &PgPool, pid: i32) {
+    crate::wait_for(
+        "a lock wait",
+        std::time::Duration::from_secs(10),
+        || async {
+            let waiting: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted")
+                    .bind(pid)
+                    .fetch_one(pool)
+                    .await
+                    .ok()?;
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+}
