@@ -403,6 +403,37 @@ pub trait Backend: Clone + Send + Sync + 'static {
         )))
     }
 
+    /// One page of the journal (DESIGN §10): events matching `query`'s filters, from its cursor,
+    /// at most `query.limit` of them; newest first unless the cursor is
+    /// [`Cursor::After`](crate::journal::Cursor::After) (oldest first). Keyset pagination on
+    /// `sequence`: no OFFSET, every page costs about the same.
+    async fn event_list(
+        &self,
+        table: &OutboxTable,
+        query: &crate::journal::EventQuery,
+    ) -> Result<Vec<OutboxEvent>> {
+        let _ = (table, query);
+        Err(Error::Unsupported(format!(
+            "{} backend: journal listing",
+            self.name()
+        )))
+    }
+
+    /// Counts per bucket of `params` the events created, published and dead-lettered, the
+    /// backlog at each bucket's end and the delivery latency percentiles; one entry per bucket,
+    /// oldest first, empty buckets included.
+    async fn event_timeline(
+        &self,
+        table: &OutboxTable,
+        params: &crate::journal::TimelineParams,
+    ) -> Result<Vec<crate::journal::TimelineBucket>> {
+        let _ = (table, params);
+        Err(Error::Unsupported(format!(
+            "{} backend: journal timeline",
+            self.name()
+        )))
+    }
+
     /// Counts the backlog.
     async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
         let _ = (table, params);
