@@ -75,7 +75,13 @@ async fn scratch(url: &str, connections: u32) -> Result<(PgPool, String)> {
         .execute(&admin)
         .await?;
     admin.close().await;
-    let path = schema.clone();
+    let pool = pool_in(url, &schema, connections).await?;
+    Ok((pool, schema))
+}
+
+/// A pool whose connections work in `schema`.
+async fn pool_in(url: &str, schema: &str, connections: u32) -> Result<PgPool> {
+    let path = schema.to_owned();
     let pool = PgPoolOptions::new()
         .max_connections(connections)
         .after_connect(move |conn, _| {
@@ -87,7 +93,7 @@ async fn scratch(url: &str, connections: u32) -> Result<(PgPool, String)> {
         })
         .connect(url)
         .await?;
-    Ok((pool, schema))
+    Ok(pool)
 }
 
 fn outbox(pool: &PgPool, name: &str, kind: Kind, channel: &str) -> Result<Outbox<PgBackend>> {
@@ -215,8 +221,16 @@ async fn latency(cli: &Cli) -> Result<()> {
             let committed: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
             let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
             let (c, l) = (committed.clone(), latencies.clone());
+            // The relay has a pool of its own, as in a deployment: behind the writers' pool
+            // queue its lease would wait for a connection as long as a writer does.
+            let relay_pool = pool_in(&cli.database_url, &schema, 2).await?;
+            let mut relay_outbox =
+                Outbox::new(PgBackend::new(relay_pool.clone()), outbox.table().clone());
+            if let Some(wakeup) = outbox.wakeup() {
+                relay_outbox = relay_outbox.with_shared_wakeup(wakeup.clone())?;
+            }
             let relay = OutboxRelay::new(
-                outbox.clone(),
+                relay_outbox,
                 FnDelivery::new(move |e: OutboxEvent| {
                     let (c, l) = (c.clone(), l.clone());
                     async move {
@@ -273,6 +287,7 @@ async fn latency(cli: &Cli) -> Result<()> {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             relay.stop().await?;
+            relay_pool.close().await;
             let mut l = latencies
                 .lock()
                 .map_err(|_| anyhow::anyhow!("poisoned"))?

@@ -22,7 +22,7 @@ use crate::backend::{
     EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
     EventRetryDeadLetteredParams, FinishedState,
 };
-use crate::delivery::Delivery;
+use crate::delivery::{Delivery, DeliveryReport};
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
 use crate::outbox::Outbox;
@@ -113,10 +113,15 @@ impl<B: Backend> OutboxRelay<B> {
     /// A relay of `outbox` to `delivery` with `config`.
     ///
     /// # Errors
-    /// [`Error::Configuration`] when `config` is invalid (see [`RelayConfig::validate`]).
+    /// [`Error::Configuration`] when `config` is invalid (see [`RelayConfig::validate`]), or when
+    /// [`RelayConfig::result_column`] names no extra column of the outbox table or one whose type
+    /// is not [`ColumnType::Json`](crate::ColumnType::Json).
     pub fn new(outbox: Outbox<B>, delivery: impl Delivery, config: RelayConfig) -> Result<Self> {
         config.validate()?;
         let topics = config.topic_filter()?;
+        if let Some(name) = &config.result_column {
+            check_result_column(outbox.table(), name)?;
+        }
         Ok(OutboxRelay {
             inner: Arc::new(Inner {
                 outbox,
@@ -359,6 +364,14 @@ impl<B: Backend> Inner<B> {
                     tracing::debug!(relay = %config.name, error = &error as &dyn std::error::Error, "backlog refresh failed");
                 }
             }
+            // Signals queued so far announce commits this poll will see: drop them, so a burst
+            // of commits costs one poll instead of one poll per commit.
+            if let Some(queued) = subscription.as_mut()
+                && !queued.discard_queued()
+            {
+                tracing::warn!(relay = %config.name, "wake-up closed; polling only");
+                subscription = None;
+            }
             let wait = match self.poll_once().await {
                 Ok(outcome) if outcome.leased >= config.batch_size => {
                     storage_errors = 0;
@@ -437,18 +450,21 @@ impl<B: Backend> Inner<B> {
             .fetch_add(events.len() as u64, Ordering::Relaxed);
 
         let started = std::time::Instant::now();
-        let results = self.deliver_holding_lease(&events).await;
+        let reports_of_delivery = self.deliver_holding_lease(&events).await;
         metrics::histogram!("hare_outbox_batch_delivery_seconds", "table" => table.to_string())
             .record(started.elapsed().as_secs_f64());
 
         let now = Utc::now();
         let mut delivered = Vec::new();
+        let mut records = Vec::new();
         let mut failures = Vec::new();
         let mut reports = Vec::with_capacity(events.len());
-        for (event, result) in events.iter().zip(results) {
-            match result {
+        for (event, report) in events.iter().zip(reports_of_delivery) {
+            let record = report.record.filter(|_| config.result_column.is_some());
+            match report.result {
                 Ok(()) => {
                     delivered.push(event.sequence);
+                    records.push(record);
                     reports.push(RelayEvent::Delivered {
                         event_id: event.id,
                         topic: event.topic.clone(),
@@ -458,13 +474,16 @@ impl<B: Backend> Inner<B> {
                 }
                 Err(error) => {
                     let (failure, report) = self.failure(event, &error, now);
-                    failures.push(failure);
+                    failures.push(failure.with_result(record));
                     reports.push(report);
                 }
             }
         }
         if !delivered.is_empty() {
-            let params = EventMarkDeliveredParams::new(delivered.clone(), now);
+            let mut params = EventMarkDeliveredParams::new(delivered.clone(), now);
+            if let Some(column) = &config.result_column {
+                params = params.with_results(column.clone(), records);
+            }
             self.with_retries("marking delivered events", || {
                 backend.event_mark_delivered(table, &params)
             })
@@ -477,7 +496,10 @@ impl<B: Backend> Inner<B> {
                 .filter(|f| f.dead_lettered_at.is_some())
                 .count();
             outcome.failed = failures.len() - outcome.dead_lettered;
-            let params = EventMarkFailedParams::new(failures, config.name.clone());
+            let mut params = EventMarkFailedParams::new(failures, config.name.clone());
+            if let Some(column) = &config.result_column {
+                params = params.with_result_column(column.clone());
+            }
             self.with_retries("recording failed deliveries", || {
                 backend.event_mark_failed(table, &params)
             })
@@ -506,7 +528,7 @@ impl<B: Backend> Inner<B> {
     async fn deliver_holding_lease(
         &self,
         events: &[OutboxEvent],
-    ) -> Vec<Result<(), DeliveryError>> {
+    ) -> Vec<DeliveryReport> {
         let config = &self.config;
         let extender = {
             let backend = self.outbox.backend().clone();
@@ -535,7 +557,7 @@ impl<B: Backend> Inner<B> {
         };
         let mut results = self
             .delivery
-            .deliver_batch(events, config.concurrency, config.delivery_timeout)
+            .deliver_batch_reported(events, config.concurrency, config.delivery_timeout)
             .await;
         drop(extender);
         if results.len() != events.len() {
@@ -543,10 +565,10 @@ impl<B: Backend> Inner<B> {
             results = events
                 .iter()
                 .map(|_| {
-                    Err(DeliveryError::new(format!(
+                    DeliveryReport::new(Err(DeliveryError::new(format!(
                         "the delivery returned {got} results for a batch of {}",
                         events.len()
-                    )))
+                    ))))
                 })
                 .collect();
         }
@@ -658,6 +680,24 @@ fn record_metrics(table: &str, report: &RelayEvent) {
             metrics::counter!("hare_outbox_dead_lettered_total", "table" => table.to_owned(), "topic" => topic.clone())
                 .increment(1);
         }
+    }
+}
+
+/// Checks that `name` is an extra column of `table` with the JSON type.
+fn check_result_column(table: &crate::table::OutboxTable, name: &str) -> Result<()> {
+    let declared: Vec<&str> = table.columns().iter().map(|c| c.name()).collect();
+    match table.column(name) {
+        None => Err(Error::configuration(format!(
+            "result_column {name:?} is not an extra column of outbox table {table}; declared extra columns: [{}] — declare it with OutboxTable::with_column(ExtraColumn::new({name:?}, ColumnType::Json)?)",
+            declared.join(", ")
+        ))),
+        Some(column) if column.column_type() != crate::extra::ColumnType::Json => {
+            Err(Error::configuration(format!(
+                "result_column {name:?} of outbox table {table} has the type {:?}; only a ColumnType::Json column can hold the records",
+                column.column_type()
+            )))
+        }
+        Some(_) => Ok(()),
     }
 }
 

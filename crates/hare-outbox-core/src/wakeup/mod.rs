@@ -80,6 +80,20 @@ impl WakeupSubscription {
             Err(broadcast::error::RecvError::Closed) => None,
         }
     }
+
+    /// Discards the signals already queued, without waiting; returns `false` when the wake-up
+    /// closed. A relay calls it right before a poll: the commits those signals announce happened
+    /// before the poll's lease, which will see their events, so waking up for them again would
+    /// only cost an empty poll.
+    pub fn discard_queued(&mut self) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(broadcast::error::TryRecvError::Empty) => return true,
+                Err(broadcast::error::TryRecvError::Closed) => return false,
+            }
+        }
+    }
 }
 
 /// Relays of this process, woken right after a commit — also for a write from another thread or
@@ -159,6 +173,24 @@ mod tests {
         let got = a.recv().await.unwrap().unwrap();
         assert_eq!(&*got, ["x".to_owned(), "y".to_owned()]);
         assert!(b.recv().await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn queued_signals_are_discarded_and_a_close_is_seen() {
+        let wakeup = InProcessWakeup::new();
+        let mut sub = wakeup.subscribe().await.unwrap();
+        for _ in 0..3 {
+            wakeup.signal(&["x".to_owned()]).await.unwrap();
+        }
+        assert!(sub.discard_queued());
+        // Nothing is left: the next recv waits for a new signal.
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(20), sub.recv()).await;
+        assert!(waited.is_err(), "a discarded signal was received: {waited:?}");
+        wakeup.signal(&["y".to_owned()]).await.unwrap();
+        let got = sub.recv().await.unwrap().unwrap();
+        assert_eq!(&*got, ["y".to_owned()]);
+        drop(wakeup);
+        assert!(!sub.discard_queued());
     }
 
     #[test]
