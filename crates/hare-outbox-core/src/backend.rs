@@ -170,6 +170,12 @@ pub struct EventMarkDeliveredParams {
     pub sequences: Vec<i64>,
     /// The relay's clock, written to `published_at`.
     pub now: DateTime<Utc>,
+    /// The extra JSON column that receives each attempt's record
+    /// ([`RelayConfig::result_column`](crate::RelayConfig)); `None` writes no record.
+    pub result_column: Option<String>,
+    /// One record per sequence, in the order of `sequences`, when `result_column` is set; a
+    /// `None` leaves that event's column as it was.
+    pub results: Vec<Option<Value>>,
 }
 
 /// One failed delivery to record.
@@ -186,6 +192,9 @@ pub struct EventFailure {
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// `Some(now)` when the event ran out of attempts.
     pub dead_lettered_at: Option<DateTime<Utc>>,
+    /// The attempt's record for [`EventMarkFailedParams::result_column`]; `None` leaves the
+    /// column as it was.
+    pub result: Option<Value>,
 }
 
 /// Record failures, only for events `leased_by` still holds and nobody published.
@@ -196,6 +205,9 @@ pub struct EventMarkFailedParams {
     pub failures: Vec<EventFailure>,
     /// The relay that leased the events.
     pub leased_by: String,
+    /// The extra JSON column that receives each failure's [`EventFailure::result`]
+    /// ([`RelayConfig::result_column`](crate::RelayConfig)); `None` writes no record.
+    pub result_column: Option<String>,
 }
 
 macro_rules! params_new {
@@ -252,9 +264,67 @@ params_new!(EventRetryDeadLetteredParams { topics: TopicFilter, ids: Option<Vec<
 params_new!(EventDeleteFinishedParams { state: FinishedState, before: DateTime<Utc>, topics: TopicFilter, limit: i64 });
 params_new!(BacklogParams { topics: TopicFilter, now: DateTime<Utc> });
 params_new!(EventLeaseExtendParams { sequences: Vec<i64>, leased_by: String, lease_until: DateTime<Utc> });
-params_new!(EventMarkDeliveredParams { sequences: Vec<i64>, now: DateTime<Utc> });
-params_new!(EventFailure { sequence: i64, attempts: i32, error: String, next_attempt_at: Option<DateTime<Utc>>, dead_lettered_at: Option<DateTime<Utc>> });
-params_new!(EventMarkFailedParams { failures: Vec<EventFailure>, leased_by: String });
+impl EventMarkDeliveredParams {
+    /// Builds the parameters without result records; add them with
+    /// [`EventMarkDeliveredParams::with_results`].
+    pub fn new(sequences: Vec<i64>, now: DateTime<Utc>) -> Self {
+        EventMarkDeliveredParams {
+            sequences,
+            now,
+            result_column: None,
+            results: Vec::new(),
+        }
+    }
+
+    /// Writes `results` (one per sequence, in order) to the extra JSON column `column`.
+    pub fn with_results(mut self, column: impl Into<String>, results: Vec<Option<Value>>) -> Self {
+        self.result_column = Some(column.into());
+        self.results = results;
+        self
+    }
+}
+impl EventFailure {
+    /// Builds the failure without a result record; add one with [`EventFailure::with_result`].
+    pub fn new(
+        sequence: i64,
+        attempts: i32,
+        error: String,
+        next_attempt_at: Option<DateTime<Utc>>,
+        dead_lettered_at: Option<DateTime<Utc>>,
+    ) -> Self {
+        EventFailure {
+            sequence,
+            attempts,
+            error,
+            next_attempt_at,
+            dead_lettered_at,
+            result: None,
+        }
+    }
+
+    /// Sets [`EventFailure::result`].
+    pub fn with_result(mut self, result: Option<Value>) -> Self {
+        self.result = result;
+        self
+    }
+}
+impl EventMarkFailedParams {
+    /// Builds the parameters without a result column; set one with
+    /// [`EventMarkFailedParams::with_result_column`].
+    pub fn new(failures: Vec<EventFailure>, leased_by: String) -> Self {
+        EventMarkFailedParams {
+            failures,
+            leased_by,
+            result_column: None,
+        }
+    }
+
+    /// Writes each failure's [`EventFailure::result`] to the extra JSON column `column`.
+    pub fn with_result_column(mut self, column: impl Into<String>) -> Self {
+        self.result_column = Some(column.into());
+        self
+    }
+}
 
 /// Install (or replace) one change capture (DESIGN §6): the validated plan of a
 /// [`ChangeCapture`](crate::capture::ChangeCapture). The backend checks it against the catalog

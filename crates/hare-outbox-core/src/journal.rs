@@ -12,7 +12,7 @@
 //!
 //! /// Prints the dead letters of the `doc.` topics, two pages of 50.
 //! async fn dead_letters(backend: impl Backend) -> hare_outbox_core::Result<()> {
-//! let journal = Journal::new(backend, OutboxTable::new("hare_outbox")?);
+//! let journal = Journal::new(backend, OutboxTable::parse("hare_outbox")?);
 //! let query = EventQuery::new()
 //!     .with_topics(&["doc.*"])?
 //!     .with_statuses(&[EventStatus::Dead])
@@ -92,9 +92,10 @@ impl ObjectRef {
             None => (text.trim(), None),
         };
         if model.is_empty() {
-            return Err(Error::validation("object", format!(
-                "object filter {text:?} has no model; write `model` or `model #pk`"
-            )));
+            return Err(Error::validation(
+                "object",
+                format!("object filter {text:?} has no model; write `model` or `model #pk`"),
+            ));
         }
         Ok(ObjectRef {
             model: model.to_owned(),
@@ -121,15 +122,21 @@ pub fn author_of(event: &OutboxEvent) -> Option<&str> {
 
 fn check_filter_text(what: &str, text: &str) -> Result<()> {
     if text.chars().count() > MAX_FILTER_LENGTH {
-        return Err(Error::validation(what, format!(
-            "{what} filter of {} characters is too long; at most {MAX_FILTER_LENGTH} are allowed",
-            text.chars().count()
-        )));
+        return Err(Error::validation(
+            what,
+            format!(
+                "{what} filter of {} characters is too long; at most {MAX_FILTER_LENGTH} are allowed",
+                text.chars().count()
+            ),
+        ));
     }
     if text.contains('\0') {
-        return Err(Error::validation(what, format!(
-            "{what} filter {text:?} holds a NUL character, which no stored value can contain"
-        )));
+        return Err(Error::validation(
+            what,
+            format!(
+                "{what} filter {text:?} holds a NUL character, which no stored value can contain"
+            ),
+        ));
     }
     Ok(())
 }
@@ -232,9 +239,10 @@ impl EventQuery {
         if let (Some(from), Some(until)) = (from, until)
             && from >= until
         {
-            return Err(Error::validation("created", format!(
-                "created-from {from} is not before created-until {until}"
-            )));
+            return Err(Error::validation(
+                "created",
+                format!("created-from {from} is not before created-until {until}"),
+            ));
         }
         self.created_from = from;
         self.created_until = until;
@@ -253,9 +261,10 @@ impl EventQuery {
     /// [`Error::Validation`] unless 1 ≤ `limit` ≤ [`MAX_PAGE_SIZE`].
     pub fn with_limit(mut self, limit: u32) -> Result<Self> {
         if limit == 0 || limit > MAX_PAGE_SIZE {
-            return Err(Error::validation("limit", format!(
-                "page size {limit} is not allowed; use 1 to {MAX_PAGE_SIZE}"
-            )));
+            return Err(Error::validation(
+                "limit",
+                format!("page size {limit} is not allowed; use 1 to {MAX_PAGE_SIZE}"),
+            ));
         }
         self.limit = limit;
         Ok(self)
@@ -307,15 +316,21 @@ impl TimelineParams {
     /// above [`MAX_TIMELINE_BUCKETS`].
     pub fn last(window: Duration, buckets: u32, until: DateTime<Utc>) -> Result<Self> {
         if window.is_zero() || window > Duration::from_secs(366 * 86_400) {
-            return Err(Error::validation("window", format!(
-                "timeline window of {} s is not allowed; use 1 s to 366 days",
-                window.as_secs_f64()
-            )));
+            return Err(Error::validation(
+                "window",
+                format!(
+                    "timeline window of {} s is not allowed; use 1 s to 366 days",
+                    window.as_secs_f64()
+                ),
+            ));
         }
         if buckets == 0 || buckets > MAX_TIMELINE_BUCKETS {
-            return Err(Error::validation("buckets", format!(
-                "{buckets} timeline buckets are not allowed; use 1 to {MAX_TIMELINE_BUCKETS}"
-            )));
+            return Err(Error::validation(
+                "buckets",
+                format!(
+                    "{buckets} timeline buckets are not allowed; use 1 to {MAX_TIMELINE_BUCKETS}"
+                ),
+            ));
         }
         let window = chrono::Duration::from_std(window)
             .map_err(|e| Error::validation("window", e.to_string()))?;

@@ -20,7 +20,7 @@ pub mod wakeup;
 pub use backend::Backend;
 pub use backend::Backlog;
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
-pub use delivery::{Delivery, FnDelivery, JsonLinesDelivery, TopicRouter};
+pub use delivery::{Delivery, DeliveryReport, FnDelivery, JsonLinesDelivery, TopicRouter};
 pub use error::{BoxError, DeliveryError, Error, Result};
 pub use event::{EVENT_ID_HEADER, EventStatus, OutboxEvent, TOPIC_HEADER};
 pub use extra::{ColumnType, ExtraColumn, ExtraValue};

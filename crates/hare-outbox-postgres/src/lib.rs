@@ -25,6 +25,7 @@
 mod capture;
 mod error;
 mod inbox;
+mod journal;
 mod sql;
 mod wakeup;
 
@@ -300,6 +301,30 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventMarkDeliveredParams,
     ) -> Result<u64> {
+        if let Some(column) = &params.result_column {
+            let sql = sql::with_result_column(
+                &Statements::for_table(table).event_mark_delivered_result,
+                column,
+            );
+            let records: Vec<Option<String>> = (0..params.sequences.len())
+                .map(|i| {
+                    params
+                        .results
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .map(|v| result_text(&v))
+                })
+                .collect();
+            let done = sqlx::query(AssertSqlSafe(sql))
+                .bind(&params.sequences)
+                .bind(params.now)
+                .bind(records)
+                .execute(&self.pool)
+                .await
+                .map_err(translate)?;
+            return Ok(done.rows_affected());
+        }
         let done = sqlx::query(AssertSqlSafe(
             Statements::for_table(table).event_mark_delivered.clone(),
         ))
@@ -325,18 +350,28 @@ impl Backend for PgBackend {
             .collect();
         let next: Vec<Option<DateTime<Utc>>> = f.iter().map(|x| x.next_attempt_at).collect();
         let dead: Vec<Option<DateTime<Utc>>> = f.iter().map(|x| x.dead_lettered_at).collect();
-        let done = sqlx::query(AssertSqlSafe(
-            Statements::for_table(table).event_mark_failed.clone(),
-        ))
-        .bind(sequences)
-        .bind(attempts)
-        .bind(errors)
-        .bind(next)
-        .bind(dead)
-        .bind(&params.leased_by)
-        .execute(&self.pool)
-        .await
-        .map_err(translate)?;
+        let statements = Statements::for_table(table);
+        let sql: std::sync::Arc<str> = match &params.result_column {
+            Some(column) => {
+                sql::with_result_column(&statements.event_mark_failed_result, column).into()
+            }
+            None => statements.event_mark_failed.clone(),
+        };
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(sequences)
+            .bind(attempts)
+            .bind(errors)
+            .bind(next)
+            .bind(dead)
+            .bind(&params.leased_by);
+        if params.result_column.is_some() {
+            let records: Vec<Option<String>> = f
+                .iter()
+                .map(|x| x.result.as_ref().map(result_text))
+                .collect();
+            query = query.bind(records);
+        }
+        let done = query.execute(&self.pool).await.map_err(translate)?;
         Ok(done.rows_affected())
     }
 
@@ -349,6 +384,51 @@ impl Backend for PgBackend {
         .await
         .map_err(translate)?;
         row.as_ref().map(|r| decode(table, r)).transpose()
+    }
+
+    /// One page of the journal: keyset pagination on the primary key, so a page deep in the table
+    /// costs what the first one does. A status is judged at the database's clock (`now()`, the
+    /// statement's transaction start), exactly as [`OutboxEvent::status`] does; the object filter
+    /// reads the payload's `model` and `pk` (a non-string key compares as `jsonb`, whatever its
+    /// key order) and the author filter the `author` header. Every filter value is bound as a
+    /// parameter.
+    ///
+    /// The object and author filters test rows newest first until the page is full: fast while
+    /// matches are common, a scan of the table when they are rare (the history of one object).
+    /// `migrate` creates no index for them, as it would cost every enqueue; a table searched by
+    /// object often can take this one, which the filter uses as it stands (BENCHMARKS.md
+    /// § Journal pages):
+    ///
+    /// ```sql
+    /// CREATE INDEX outbox_object_idx ON outbox ((payload -> 'model'), (payload -> 'pk'));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the query fails or a row cannot be decoded.
+    async fn event_list(
+        &self,
+        table: &OutboxTable,
+        query: &hare_outbox_core::journal::EventQuery,
+    ) -> Result<Vec<OutboxEvent>> {
+        journal::list(&self.pool, table, query).await
+    }
+
+    /// The timeline of `params`, in two statements read in one `REPEATABLE READ` transaction: the
+    /// counts (one pass over the table, there being no index on `created_at`; about 0.2 s per
+    /// million rows plus the events of the window) and the latency percentiles
+    /// (`percentile_cont`, over the published events of the window). Bucket edges are whole microseconds, the resolution of
+    /// `timestamptz`; the last bucket ends at `until`.
+    ///
+    /// # Errors
+    /// [`Error::Validation`] when `since` is not before `until`, `buckets` is 0 or above
+    /// [`MAX_TIMELINE_BUCKETS`](hare_outbox_core::journal::MAX_TIMELINE_BUCKETS), or the window
+    /// holds less than a microsecond per bucket; [`Error::Database`] when a query fails.
+    async fn event_timeline(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::journal::TimelineParams,
+    ) -> Result<Vec<hare_outbox_core::journal::TimelineBucket>> {
+        journal::timeline(&self.pool, table, params).await
     }
 
     async fn event_retry_dead_lettered(
@@ -562,6 +642,24 @@ async fn notify_in_transaction(
 }
 
 /// The error for a key whose conflicting row this transaction cannot see.
+/// A delivery's record of an attempt as JSON text for a `jsonb` column: NUL, which `jsonb` cannot
+/// hold, becomes U+FFFD in every string and key.
+fn result_text(record: &Value) -> String {
+    fn clean(value: &Value) -> Value {
+        match value {
+            Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "\u{FFFD}")),
+            Value::Array(items) => Value::Array(items.iter().map(clean).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.replace('\0', "\u{FFFD}"), clean(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    clean(record).to_string()
+}
+
 fn invisible_key(params: &EventInsertParams) -> Error {
     Error::TransactionRetry {
         message: format!(

@@ -31,10 +31,20 @@ pub(crate) struct Statements {
     event_insert_many: String,
     pub(crate) event_get: Arc<str>,
     pub(crate) event_get_by_idempotency_key: Arc<str>,
+    /// The journal page after a cursor, oldest first.
+    pub(crate) event_list_after: Arc<str>,
+    /// The journal page before a cursor, newest first.
+    pub(crate) event_list_before: Arc<str>,
+    pub(crate) event_timeline: Arc<str>,
+    pub(crate) event_timeline_latency: Arc<str>,
     pub(crate) event_lease: Arc<str>,
     pub(crate) event_lease_extend: Arc<str>,
     pub(crate) event_mark_delivered: Arc<str>,
     pub(crate) event_mark_failed: Arc<str>,
+    /// With a `{result_column}` placeholder left for [`with_result_column`].
+    pub(crate) event_mark_delivered_result: String,
+    /// With a `{result_column}` placeholder left for [`with_result_column`].
+    pub(crate) event_mark_failed_result: String,
     pub(crate) event_retry_dead_lettered: Arc<str>,
     pub(crate) event_delete_published: Arc<str>,
     pub(crate) event_delete_dead_lettered: Arc<str>,
@@ -132,6 +142,13 @@ impl Statements {
         }
         schema.push_str(&render(include_str!("../queries/schema.sql")));
         let r = |sql: &str| -> Arc<str> { render(sql).into() };
+        // Only the comparison and the direction differ between the two journal pages.
+        let list = |keyset: &str, order: &str| -> Arc<str> {
+            render(include_str!("../queries/event_list.sql"))
+                .replace("{keyset}", keyset)
+                .replace("{order}", order)
+                .into()
+        };
         Statements {
             schema,
             event_insert: render(include_str!("../queries/event_insert.sql")),
@@ -140,10 +157,20 @@ impl Statements {
             event_get_by_idempotency_key: r(include_str!(
                 "../queries/event_get_by_idempotency_key.sql"
             )),
+            event_list_after: list(">", "ASC"),
+            event_list_before: list("<", "DESC"),
+            event_timeline: r(include_str!("../queries/event_timeline.sql")),
+            event_timeline_latency: r(include_str!("../queries/event_timeline_latency.sql")),
             event_lease: r(include_str!("../queries/event_lease.sql")),
             event_lease_extend: r(include_str!("../queries/event_lease_extend.sql")),
             event_mark_delivered: r(include_str!("../queries/event_mark_delivered.sql")),
             event_mark_failed: r(include_str!("../queries/event_mark_failed.sql")),
+            event_mark_delivered_result: render(include_str!(
+                "../queries/event_mark_delivered_result.sql"
+            )),
+            event_mark_failed_result: render(include_str!(
+                "../queries/event_mark_failed_result.sql"
+            )),
             event_retry_dead_lettered: r(include_str!("../queries/event_retry_dead_lettered.sql")),
             event_delete_published: r(include_str!("../queries/event_delete_published.sql")),
             event_delete_dead_lettered: r(include_str!(
@@ -153,6 +180,11 @@ impl Statements {
             inserts: Mutex::default(),
         }
     }
+}
+
+/// `sql` with its `{result_column}` placeholder replaced by the quoted `column`.
+pub(crate) fn with_result_column(sql: &str, column: &str) -> String {
+    sql.replace("{result_column}", &quote_ident(column))
 }
 
 /// The column definition of an extra column.
@@ -286,7 +318,19 @@ mod tests {
             s.schema
                 .contains("\"events_pending_idx\" ON \"billing\".\"events\"")
         );
-        assert!(!s.event_lease.contains('{'), "{}", s.event_lease);
+        for sql in [
+            &s.event_lease,
+            &s.event_list_after,
+            &s.event_list_before,
+            &s.event_timeline,
+            &s.event_timeline_latency,
+        ] {
+            assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
+        }
+        assert!(s.event_list_before.contains("o.sequence < $19"));
+        assert!(s.event_list_before.contains("ORDER BY o.sequence DESC"));
+        assert!(s.event_list_after.contains("o.sequence > $19"));
+        assert!(s.event_list_after.contains("ORDER BY o.sequence ASC"));
         for c in COLUMNS {
             assert!(
                 s.schema.contains(&format!("\n    {c} ")),

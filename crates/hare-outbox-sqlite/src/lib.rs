@@ -39,6 +39,7 @@ mod capture;
 mod decode;
 mod error;
 mod inbox;
+mod journal;
 mod sql;
 
 use std::str::FromStr;
@@ -506,6 +507,25 @@ impl Backend for SqliteBackend {
         if params.sequences.is_empty() {
             return Ok(0);
         }
+        if let Some(column) = &params.result_column {
+            // One row at a time, in one transaction: each row gets its own record.
+            let sql = sql::with_result_column(Query::EventMarkDeliveredResult, table, column);
+            let mut tx = self.begin_immediate().await?;
+            let mut changed = 0;
+            for (i, sequence) in params.sequences.iter().enumerate() {
+                let record = params.results.get(i).cloned().flatten();
+                let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                    .bind(timestamp(params.now))
+                    .bind(sequence)
+                    .bind(record.map(|v| v.to_string()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                changed += done.rows_affected();
+            }
+            tx.commit().await.map_err(map_err)?;
+            return Ok(changed);
+        }
         let done = sqlx::query(AssertSqlSafe(Query::EventMarkDelivered.render(table)))
             .bind(timestamp(params.now))
             .bind(json_array(&params.sequences))
@@ -523,20 +543,24 @@ impl Backend for SqliteBackend {
         if params.failures.is_empty() {
             return Ok(0);
         }
-        let sql = Query::EventMarkFailed.render(table);
+        let sql = match &params.result_column {
+            Some(column) => sql::with_result_column(Query::EventMarkFailedResult, table, column),
+            None => Query::EventMarkFailed.render(table),
+        };
         let mut tx = self.begin_immediate().await?;
         let mut changed = 0;
         for failure in &params.failures {
-            let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let mut query = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(failure.attempts)
                 .bind(&failure.error)
                 .bind(failure.next_attempt_at.map(timestamp))
                 .bind(failure.dead_lettered_at.map(timestamp))
                 .bind(failure.sequence)
-                .bind(&params.leased_by)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
+                .bind(&params.leased_by);
+            if params.result_column.is_some() {
+                query = query.bind(failure.result.as_ref().map(|v| v.to_string()));
+            }
+            let done = query.execute(&mut *tx).await.map_err(map_err)?;
             changed += done.rows_affected();
         }
         tx.commit().await.map_err(map_err)?;
@@ -552,6 +576,45 @@ impl Backend for SqliteBackend {
         row.as_ref()
             .map(|row| decode::event(table, row))
             .transpose()
+    }
+
+    /// One page of the journal: keyset pagination on `sequence` (the rowid), so a page deep in
+    /// the table costs what the first one does. A status is judged at the database's clock
+    /// (`strftime('now')`), exactly as [`OutboxEvent::status`] does; the object filter reads the
+    /// payload's `model` and `pk` and the author filter the `author` header, with SQLite's JSON
+    /// functions. Every filter value is bound as a parameter.
+    ///
+    /// The object and author filters test rows newest first until the page is full: fast while
+    /// matches are common, a scan of the table when they are rare (the history of one object;
+    /// BENCHMARKS.md § Journal pages). SQLite plans a statement once for every binding, so an
+    /// expression index could not serve these optional filters; none is created.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the query fails or a row cannot be decoded.
+    async fn event_list(
+        &self,
+        table: &OutboxTable,
+        query: &hare_outbox_core::journal::EventQuery,
+    ) -> Result<Vec<OutboxEvent>> {
+        journal::list(&self.pool, table, query).await
+    }
+
+    /// The timeline of `params`, in two statements read in one transaction: the counts (one
+    /// pass over the table, there being no index on `created_at`) and, per bucket, only the
+    /// latency ranks the percentiles need (interpolated as PostgreSQL's `percentile_cont`).
+    /// Bucket edges are whole microseconds, the resolution timestamps are stored with; the last
+    /// bucket ends at `until`.
+    ///
+    /// # Errors
+    /// [`Error::Validation`] when `since` is not before `until`, `buckets` is 0 or above
+    /// [`MAX_TIMELINE_BUCKETS`](hare_outbox_core::journal::MAX_TIMELINE_BUCKETS), or the window
+    /// holds less than a microsecond per bucket; [`Error::Database`] when a query fails.
+    async fn event_timeline(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::journal::TimelineParams,
+    ) -> Result<Vec<hare_outbox_core::journal::TimelineBucket>> {
+        journal::timeline(&self.pool, table, params).await
     }
 
     /// Returns matching dead letters to the queue in one statement; `ids: None` matches any id.

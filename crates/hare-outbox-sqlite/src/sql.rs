@@ -9,7 +9,8 @@
 //! `{extra_column_defs}`, `{idempotency_constraint}` the DDL of the extra columns and of the
 //! idempotency key's unique constraint; `{on_conflict}` the matching `ON CONFLICT … DO NOTHING`.
 //! Per message shape: `{insert_columns}`, `{insert_values}`, `{insert_rows}`; per added column:
-//! `{column_def}`. Every identifier goes through [`quote_ident`].
+//! `{column_def}`; per journal page direction: `{keyset}` (`<` or `>`) and `{order}` (`DESC` or
+//! `ASC`). Every identifier goes through [`quote_ident`].
 
 use hare_outbox_core::{ColumnType, Error, ExtraColumn, IdempotencyScope, OutboxTable, Result};
 
@@ -17,12 +18,18 @@ const SCHEMA: &str = include_str!("../queries/schema.sql");
 const EVENT_INSERT: &str = include_str!("../queries/event_insert.sql");
 const EVENT_INSERT_MANY: &str = include_str!("../queries/event_insert_many.sql");
 const EVENT_GET: &str = include_str!("../queries/event_get.sql");
+const EVENT_LIST: &str = include_str!("../queries/event_list.sql");
+const EVENT_TIMELINE: &str = include_str!("../queries/event_timeline.sql");
+const EVENT_TIMELINE_LATENCY: &str = include_str!("../queries/event_timeline_latency.sql");
 const EVENT_GET_BY_IDEMPOTENCY_KEYS: &str =
     include_str!("../queries/event_get_by_idempotency_key.sql");
 const EVENT_LEASE: &str = include_str!("../queries/event_lease.sql");
 const EVENT_LEASE_EXTEND: &str = include_str!("../queries/event_lease_extend.sql");
 const EVENT_MARK_DELIVERED: &str = include_str!("../queries/event_mark_delivered.sql");
 const EVENT_MARK_FAILED: &str = include_str!("../queries/event_mark_failed.sql");
+const EVENT_MARK_DELIVERED_RESULT: &str =
+    include_str!("../queries/event_mark_delivered_result.sql");
+const EVENT_MARK_FAILED_RESULT: &str = include_str!("../queries/event_mark_failed_result.sql");
 const EVENT_RETRY_DEAD_LETTERED: &str = include_str!("../queries/event_retry_dead_lettered.sql");
 const EVENT_DELETE_PUBLISHED: &str = include_str!("../queries/event_delete_published.sql");
 const EVENT_DELETE_DEAD_LETTERED: &str = include_str!("../queries/event_delete_dead_lettered.sql");
@@ -78,10 +85,18 @@ pub(crate) enum Query {
     EventInsertMany,
     EventGet,
     EventGetByIdempotencyKeys,
+    /// Rendered by [`event_list`].
+    EventList,
+    EventTimeline,
+    EventTimelineLatency,
     EventLease,
     EventLeaseExtend,
     EventMarkDelivered,
     EventMarkFailed,
+    /// Rendered by [`with_result_column`].
+    EventMarkDeliveredResult,
+    /// Rendered by [`with_result_column`].
+    EventMarkFailedResult,
     EventRetryDeadLettered,
     EventDeletePublished,
     EventDeleteDeadLettered,
@@ -98,10 +113,15 @@ impl Query {
             Query::EventInsertMany => EVENT_INSERT_MANY,
             Query::EventGet => EVENT_GET,
             Query::EventGetByIdempotencyKeys => EVENT_GET_BY_IDEMPOTENCY_KEYS,
+            Query::EventList => EVENT_LIST,
+            Query::EventTimeline => EVENT_TIMELINE,
+            Query::EventTimelineLatency => EVENT_TIMELINE_LATENCY,
             Query::EventLease => EVENT_LEASE,
             Query::EventLeaseExtend => EVENT_LEASE_EXTEND,
             Query::EventMarkDelivered => EVENT_MARK_DELIVERED,
             Query::EventMarkFailed => EVENT_MARK_FAILED,
+            Query::EventMarkDeliveredResult => EVENT_MARK_DELIVERED_RESULT,
+            Query::EventMarkFailedResult => EVENT_MARK_FAILED_RESULT,
             Query::EventRetryDeadLettered => EVENT_RETRY_DEAD_LETTERED,
             Query::EventDeletePublished => EVENT_DELETE_PUBLISHED,
             Query::EventDeleteDeadLettered => EVENT_DELETE_DEAD_LETTERED,
@@ -232,6 +252,30 @@ pub(crate) fn event_insert_many(table: &OutboxTable, extra: &[&str], rows: usize
     )
 }
 
+/// The journal page statement: newest first below a cursor sequence (`ascending = false`) or
+/// oldest first above it (`ascending = true`). Only the comparison and the sort direction
+/// differ; every filter value is a parameter.
+pub(crate) fn event_list(table: &OutboxTable, ascending: bool) -> String {
+    let (keyset, order) = if ascending {
+        (">", "ASC")
+    } else {
+        ("<", "DESC")
+    };
+    Query::EventList.render_with(
+        table,
+        &[
+            ("{keyset}", keyset.to_owned()),
+            ("{order}", order.to_owned()),
+        ],
+    )
+}
+
+/// A mark statement that also writes the result column `column` (the relay's
+/// `result_column`): [`Query::EventMarkDeliveredResult`] or [`Query::EventMarkFailedResult`].
+pub(crate) fn with_result_column(query: Query, table: &OutboxTable, column: &str) -> String {
+    query.render_with(table, &[("{result_column}", quote_ident(column))])
+}
+
 /// The `ALTER TABLE … ADD COLUMN` of an extra column missing from an existing table.
 pub(crate) fn add_column(table: &OutboxTable, column: &ExtraColumn) -> String {
     Query::AddColumn.render_with(table, &[("{column_def}", column_def(column, true))])
@@ -337,6 +381,10 @@ mod tests {
             event_insert(&table, &["tenant"]),
             event_insert_many(&table, &["tenant"], 3),
             add_column(&table, &tenant),
+            event_list(&table, false),
+            event_list(&table, true),
+            with_result_column(Query::EventMarkDeliveredResult, &table, "tenant"),
+            with_result_column(Query::EventMarkFailedResult, &table, "tenant"),
         ];
         for query in [
             Query::Schema,
@@ -350,6 +398,8 @@ mod tests {
             Query::EventDeletePublished,
             Query::EventDeleteDeadLettered,
             Query::Backlog,
+            Query::EventTimeline,
+            Query::EventTimelineLatency,
             Query::TableColumns,
         ] {
             rendered.push(query.render(&table));

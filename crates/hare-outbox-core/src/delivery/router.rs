@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 
-use super::Delivery;
+use super::{Delivery, DeliveryReport};
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
 
@@ -141,12 +141,25 @@ impl Delivery for TopicRouter {
         concurrency: usize,
         timeout: Duration,
     ) -> Vec<std::result::Result<(), DeliveryError>> {
+        self.deliver_batch_reported(events, concurrency, timeout)
+            .await
+            .into_iter()
+            .map(|report| report.result)
+            .collect()
+    }
+
+    /// Like [`TopicRouter::deliver_batch`], keeping each route's records of its attempts.
+    async fn deliver_batch_reported(
+        &self,
+        events: &[OutboxEvent],
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<DeliveryReport> {
         let mut parts: HashMap<usize, (Arc<dyn Delivery>, Vec<usize>)> = HashMap::new();
-        let mut results: Vec<Option<std::result::Result<(), DeliveryError>>> =
-            (0..events.len()).map(|_| None).collect();
+        let mut results: Vec<Option<DeliveryReport>> = (0..events.len()).map(|_| None).collect();
         for (i, event) in events.iter().enumerate() {
             match self.index_of(&event.topic) {
-                None => results[i] = Some(Err(unrouted(&event.topic))),
+                None => results[i] = Some(Err(unrouted(&event.topic)).into()),
                 Some(route) => {
                     let key = route.unwrap_or(usize::MAX);
                     let delivery = match route {
@@ -154,7 +167,7 @@ impl Delivery for TopicRouter {
                         None => match &self.default {
                             Some(d) => d.clone(),
                             None => {
-                                results[i] = Some(Err(unrouted(&event.topic)));
+                                results[i] = Some(Err(unrouted(&event.topic)).into());
                                 continue;
                             }
                         },
@@ -169,7 +182,9 @@ impl Delivery for TopicRouter {
         }
         let sends = parts.into_values().map(|(delivery, indexes)| async move {
             let batch: Vec<OutboxEvent> = indexes.iter().map(|&i| events[i].clone()).collect();
-            let out = delivery.deliver_batch(&batch, concurrency, timeout).await;
+            let out = delivery
+                .deliver_batch_reported(&batch, concurrency, timeout)
+                .await;
             (indexes, out)
         });
         for (indexes, out) in futures::future::join_all(sends).await {
@@ -179,12 +194,13 @@ impl Delivery for TopicRouter {
                     Err(DeliveryError::new(
                         "the route's delivery returned too few results",
                     ))
+                    .into()
                 }));
             }
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(DeliveryError::new("event not routed"))))
+            .map(|r| r.unwrap_or_else(|| Err(DeliveryError::new("event not routed")).into()))
             .collect()
     }
 

@@ -42,6 +42,13 @@ pub struct RelayConfig {
     /// How often the running relay refreshes its backlog gauges (`hare_outbox_backlog_*`); zero
     /// turns the refresh off. Defaults to 15 s.
     pub backlog_interval: Duration,
+    /// An extra column of the outbox table, of type [`ColumnType::Json`](crate::ColumnType),
+    /// into which each attempt's record from the delivery
+    /// ([`DeliveryReport::record`](crate::DeliveryReport)) is written with the mark — for the
+    /// webhook `{"status_code", "body", "error"}` (seed 001 § WebhookDelivery, `result_field`).
+    /// An attempt without a record leaves the column as it was. Checked when the relay is built:
+    /// the table must declare the column with the JSON type. Defaults to none.
+    pub result_column: Option<String>,
 }
 
 impl Default for RelayConfig {
@@ -60,6 +67,7 @@ impl Default for RelayConfig {
             exclude_topics: Vec::new(),
             cleanup_batch_size: 1000,
             backlog_interval: Duration::from_secs(15),
+            result_column: None,
         }
     }
 }
@@ -115,6 +123,12 @@ impl RelayConfig {
     /// [`Error::Configuration`] naming the first pattern that is not a name or a `prefix*`.
     pub fn topic_filter(&self) -> Result<TopicFilter> {
         TopicFilter::new(self.topics.as_ref(), &self.exclude_topics)
+    }
+
+    /// Sets [`RelayConfig::result_column`].
+    pub fn with_result_column(mut self, column: impl Into<String>) -> Self {
+        self.result_column = Some(column.into());
+        self
     }
 
     /// Sets [`RelayConfig::name`].

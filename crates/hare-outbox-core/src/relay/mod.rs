@@ -525,10 +525,7 @@ impl<B: Backend> Inner<B> {
     }
 
     /// Delivers the batch while a background task extends its lease every third of the lease.
-    async fn deliver_holding_lease(
-        &self,
-        events: &[OutboxEvent],
-    ) -> Vec<DeliveryReport> {
+    async fn deliver_holding_lease(&self, events: &[OutboxEvent]) -> Vec<DeliveryReport> {
         let config = &self.config;
         let extender = {
             let backend = self.outbox.backend().clone();

@@ -185,7 +185,10 @@ mod tests {
         assert!(sub.discard_queued());
         // Nothing is left: the next recv waits for a new signal.
         let waited = tokio::time::timeout(std::time::Duration::from_millis(20), sub.recv()).await;
-        assert!(waited.is_err(), "a discarded signal was received: {waited:?}");
+        assert!(
+            waited.is_err(),
+            "a discarded signal was received: {waited:?}"
+        );
         wakeup.signal(&["y".to_owned()]).await.unwrap();
         let got = sub.recv().await.unwrap().unwrap();
         assert_eq!(&*got, ["y".to_owned()]);

@@ -5,6 +5,7 @@
 mod common;
 mod enqueue;
 mod enqueue_spec;
+mod journal;
 mod marks;
 mod relay;
 mod relay_ops;

@@ -1,0 +1,11 @@
+-- event_mark_delivered that also stores each attempt's record in the result column
+-- {result_column}: $1 sequences, $2 now, $3 records as JSON text (NULL keeps the column).
+-- An event another relay already published keeps its first published_at and its record.
+UPDATE {table} t
+SET published_at = $2,
+    lease_until = NULL,
+    leased_by = NULL,
+    dead_lettered_at = NULL,
+    {result_column} = COALESCE(r.result::jsonb, t.{result_column})
+FROM unnest($1::bigint[], $3::text[]) AS r(sequence, result)
+WHERE t.sequence = r.sequence AND t.published_at IS NULL
