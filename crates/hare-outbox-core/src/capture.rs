@@ -73,6 +73,10 @@ pub const DEFAULT_TOPIC: &str = "{app}.{model}.{operation}";
 /// row are delivered in order.
 pub const DEFAULT_ORDERING_KEY: &str = "{label}:{pk}";
 
+/// The channel [`ChangeCapture::notify`] uses when a configuration file says `notify = true`:
+/// `hare_outbox`, the default channel of the PostgreSQL LISTEN/NOTIFY wake-up.
+pub const DEFAULT_NOTIFY_CHANNEL: &str = "hare_outbox";
+
 /// Characters of the start kept when an ordering key is longer than 255 characters: the key
 /// becomes those characters, `#` and the 64 hex digits of the SHA-256 of the whole key (UTF-8),
 /// 255 characters in all.
@@ -241,6 +245,55 @@ pub struct ChangeCapture {
     /// [`OUTBOX_OWNED_COLUMNS`]. Defaults to none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra_from_row: BTreeMap<String, String>,
+    /// PostgreSQL only: the LISTEN/NOTIFY channel the trigger notifies, with each event's topic as
+    /// payload, inside the writing transaction — so a relay waiting on a
+    /// `ListenNotifyWakeup` of that channel polls at once after the commit (and never for a
+    /// rollback), also for raw SQL. PostgreSQL folds identical notifications of one transaction
+    /// into one, so a bulk statement sends one per topic. `true` in a configuration file means
+    /// [`DEFAULT_NOTIFY_CHANNEL`], `false` none.
+    ///
+    /// Off by default: PostgreSQL serializes the commits of notifying transactions, which costs
+    /// concurrent writers a large share of their throughput (DESIGN §8, BENCHMARKS.md); without
+    /// it captured events are found by the relay's next poll. Defaults to `None`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "notify_serde"
+    )]
+    pub notify: Option<String>,
+}
+
+/// `notify` in configuration files: a channel name, `true` for [`DEFAULT_NOTIFY_CHANNEL`] or
+/// `false` for none.
+mod notify_serde {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Channel(String),
+        Flag(bool),
+    }
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<String>,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match value {
+            Some(channel) => serializer.serialize_str(channel),
+            None => serializer.serialize_bool(false),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Option<String>, D::Error> {
+        match Option::<Form>::deserialize(deserializer)? {
+            Some(Form::Channel(channel)) => Ok(Some(channel)),
+            Some(Form::Flag(true)) => Ok(Some(DEFAULT_NOTIFY_CHANNEL.to_owned())),
+            Some(Form::Flag(false)) | None => Ok(None),
+        }
+    }
 }
 
 fn default_operations() -> Vec<RowOperation> {
@@ -299,7 +352,15 @@ impl ChangeCapture {
             topic: None,
             ordering_key: default_ordering_key(),
             extra_from_row: BTreeMap::new(),
+            notify: None,
         }
+    }
+
+    /// Sets [`ChangeCapture::notify`]: the LISTEN/NOTIFY channel the trigger notifies (PostgreSQL
+    /// only), or `None` for no NOTIFY.
+    pub fn with_notify(mut self, channel: Option<impl Into<String>>) -> Self {
+        self.notify = channel.map(Into::into);
+        self
     }
 
     /// Sets [`ChangeCapture::schema`].
@@ -409,7 +470,7 @@ impl ChangeCapture {
     /// `fields` together with `exclude`; an empty or repeated field; a template with an unknown
     /// placeholder or an unmatched brace; `{operation}` in the ordering key; a topic that renders
     /// empty or longer than 255 characters; an `extra_from_row` target that enqueue or the relay
-    /// owns.
+    /// owns; a `notify` channel that is empty, longer than 63 bytes or holds NUL.
     pub fn validate(&self) -> Result<CapturePlan> {
         let what = self.describe();
         check_name(&what, "table", &self.table)?;
@@ -460,6 +521,14 @@ impl ChangeCapture {
                     "{what}: extra_from_row may not write outbox column {outbox_column:?}, which enqueue and the relay own; name an extra column of the outbox table"
                 )));
             }
+        }
+
+        if let Some(channel) = &self.notify
+            && (channel.is_empty() || channel.len() > 63 || channel.contains('\0'))
+        {
+            return Err(Error::configuration(format!(
+                "{what}: notify channel {channel:?} is not allowed; use a PostgreSQL channel name of 1 to 63 bytes, or true for {DEFAULT_NOTIFY_CHANNEL:?}"
+            )));
         }
 
         let (app, model) = match label.split_once('.') {
@@ -1179,6 +1248,44 @@ mod tests {
             .with_exclude(["a"])
             .with_fields(["b"]);
         assert!(c.exclude.is_empty() && c.fields == Some(vec!["b".into()]));
+    }
+
+    #[test]
+    fn notify_takes_a_channel_or_a_flag_and_is_checked() {
+        let c: ChangeCapture =
+            serde_json::from_value(json!({"table": "t", "notify": "erp_events"})).unwrap();
+        assert_eq!(c.notify.as_deref(), Some("erp_events"));
+        let c: ChangeCapture =
+            serde_json::from_value(json!({"table": "t", "notify": true})).unwrap();
+        assert_eq!(c.notify.as_deref(), Some(DEFAULT_NOTIFY_CHANNEL));
+        let c: ChangeCapture =
+            serde_json::from_value(json!({"table": "t", "notify": false})).unwrap();
+        assert_eq!(c.notify, None);
+        let c: ChangeCapture = serde_json::from_value(json!({"table": "t"})).unwrap();
+        assert_eq!(c.notify, None, "off by default");
+        assert!(
+            !serde_json::to_value(&c)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .contains_key("notify"),
+            "an unset notify is left out of the stored declaration"
+        );
+        let long = "c".repeat(64);
+        for bad in ["", long.as_str(), "a\0b"] {
+            let e = ChangeCapture::new("t")
+                .with_notify(Some(bad))
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("notify") && e.contains("63 bytes"), "{e}");
+        }
+        assert!(
+            ChangeCapture::new("t")
+                .with_notify(Some("c".repeat(63)))
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -5,10 +5,13 @@
 -- statements that fill v_before, v_after and v_pk per operation; {key} the ordering-key
 -- expression over v_pk (NULL when unordered); {topic_insert}, {topic_update}, {topic_delete} and
 -- {label} literals; {occurred_at} the ISO 8601 UTC text of statement_timestamp();
--- {extra_columns} and {extra_values} the outbox columns copied from the row.
+-- {extra_columns} and {extra_values} the outbox columns copied from the row; {notify} nothing,
+-- or the PERFORM pg_notify(channel, v_topic) of a capture declared with `notify`.
 --
 -- One event per row, written by the writing statement in its transaction while it holds the
--- row's lock, so the events of one row get sequences in commit order.
+-- row's lock, so the events of one row get sequences in commit order. With `notify`, the
+-- NOTIFY rides the same transaction: PostgreSQL delivers it at commit (never after a rollback) and
+-- folds identical ones, so a statement touching many rows notifies once per topic.
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
 LANGUAGE plpgsql
 AS ${tag}$
@@ -18,6 +21,7 @@ DECLARE
     v_after jsonb;
     v_pk jsonb;
     v_key text;
+    v_topic text;
     v_ctx text := current_setting('hare_outbox.headers', true);
     v_headers jsonb := '{}';
     -- UUID v7: 48 bits of Unix milliseconds, version 7, 74 random bits with the RFC 4122 variant
@@ -47,13 +51,14 @@ BEGIN
     IF length(v_key) > 255 THEN
         v_key := left(v_key, 190) || '#' || encode(sha256(convert_to(v_key, 'UTF8')), 'hex');
     END IF;
+    v_topic := CASE TG_OP WHEN 'INSERT' THEN {topic_insert} WHEN 'UPDATE' THEN {topic_update} ELSE {topic_delete} END;
     INSERT INTO {outbox} (id, topic, payload, headers, ordering_key{extra_columns})
     VALUES (
         encode(
             overlay(set_byte(v_rand, 6, (get_byte(v_rand, 6) & 15) | 112)
                     PLACING substring(int8send(v_ms) FROM 3) FROM 1 FOR 6),
             'hex')::uuid,
-        CASE TG_OP WHEN 'INSERT' THEN {topic_insert} WHEN 'UPDATE' THEN {topic_update} ELSE {topic_delete} END,
+        v_topic,
         jsonb_build_object(
             'model', {label},
             'operation', CASE TG_OP WHEN 'INSERT' THEN 'inserted' WHEN 'UPDATE' THEN 'updated' ELSE 'deleted' END,
@@ -64,7 +69,7 @@ BEGIN
             'occurred_at', {occurred_at}),
         v_headers,
         v_key{extra_values}
-    );
+    );{notify}
     RETURN NULL;
 END
 ${tag}$;

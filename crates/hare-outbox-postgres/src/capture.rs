@@ -764,6 +764,19 @@ fn function_sql(
         ),
         ("extra_columns", extra_columns),
         ("extra_values", extra_values),
+        (
+            "notify",
+            declaration
+                .notify
+                .as_deref()
+                .map(|channel| {
+                    format!(
+                        "\n    PERFORM pg_notify({}, v_topic);",
+                        quote_literal(channel)
+                    )
+                })
+                .unwrap_or_default(),
+        ),
     ];
     // The body is dollar-quoted: pick a tag that no literal in it contains.
     let probe = render(FUNCTION, &values);

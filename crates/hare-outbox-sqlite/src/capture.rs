@@ -410,6 +410,11 @@ pub(crate) async fn install(
         .clone()
         .unwrap_or_else(|| "main".to_owned());
     let target = format!("{schema}.{}", declaration.table);
+    if let Some(channel) = &declaration.notify {
+        return Err(Error::configuration(format!(
+            "change capture of {target:?}: notify = {channel:?} needs PostgreSQL LISTEN/NOTIFY, which SQLite does not have; leave notify out (the relay finds the events by polling)"
+        )));
+    }
     let outbox_db = outbox_schema(outbox);
     if schema != outbox_db {
         return Err(Error::configuration(format!(

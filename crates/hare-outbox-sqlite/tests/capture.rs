@@ -853,3 +853,19 @@ async fn quotes_in_names_and_labels_cannot_break_out() {
     assert_eq!(status.len(), 1);
     assert!(status[0].is_current(), "{:?}", status[0].drift);
 }
+
+#[tokio::test]
+async fn notify_is_refused_on_sqlite() {
+    let db = Db::new("CREATE TABLE items (id INTEGER PRIMARY KEY, qty INTEGER)").await;
+    let e = ChangeCapture::new("items")
+        .with_notify(Some("hare_outbox"))
+        .install(&db.outbox)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Configuration(_)), "{e}");
+    assert!(
+        e.to_string().contains("notify") && e.to_string().contains("SQLite"),
+        "{e}"
+    );
+    assert_eq!(db.triggers().await, 0, "nothing installed");
+}
