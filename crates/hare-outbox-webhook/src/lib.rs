@@ -1,11 +1,15 @@
 //! HTTP webhook delivery of hare-outbox (seed 001 § WebhookDelivery, DESIGN §9.4).
 //!
-//! [`WebhookDelivery`] POSTs every event to one URL: the body is [`OutboxEvent::body`] (the
-//! payload as compact JSON), the headers are the configured ones, then the event's
-//! [`OutboxEvent::message_headers`] (among them `hare-outbox-event-id` and `hare-outbox-topic`),
-//! then — when a secret is set — a signature header `sha256=<hex HMAC-SHA256 of the body>`.
-//! Any answer but 2xx is a failure; redirects are never followed. A delivery only sends: the relay
-//! retries failed events and dead-letters them.
+//! [`WebhookDelivery`] POSTs every event to one URL, or — built with a target function — to the
+//! URL of the event's own subscriber ([`WebhookTarget`]: URL, signing secret, headers). The body
+//! is [`OutboxEvent::body`] (the payload as compact JSON), the headers are the configured ones,
+//! then the target's, then the event's [`OutboxEvent::message_headers`] (among them
+//! `hare-outbox-event-id` and `hare-outbox-topic`), then — when a secret is set — a signature
+//! header `sha256=<hex HMAC-SHA256 of the body>`. Any answer but 2xx is a failure; redirects are
+//! never followed. An `allows_url` check refuses URLs before any request (against requests into
+//! the service's own network). A delivery only sends: the relay retries failed events and
+//! dead-letters them. With [`RelayConfig::result_column`](hare_outbox_core::RelayConfig) set, the
+//! relay stores each attempt's [`WebhookResult`] in that column.
 //!
 //! Receivers check the signature with [`verify_signature`] and drop duplicates by
 //! `hare-outbox-event-id` (delivery is at least once).
@@ -26,6 +30,29 @@
 //! # }
 //! ```
 //!
+//! One subscriber per event, its URL and secret looked up from the event:
+//!
+//! ```no_run
+//! use hare_outbox_core::{DeliveryError, OutboxEvent};
+//! use hare_outbox_webhook::{WebhookDelivery, WebhookTarget};
+//!
+//! # fn main() -> hare_outbox_core::Result<()> {
+//! let delivery = WebhookDelivery::builder()
+//!     .with_target(|event: OutboxEvent| async move {
+//!         // e.g. load the subscription named by an extra column of the event
+//!         let subscription = event.extra.get("subscription_id").cloned();
+//!         let _ = subscription;
+//!         Ok::<_, DeliveryError>(
+//!             WebhookTarget::new("https://hooks.example.com/in").with_secret("per-subscriber"),
+//!         )
+//!     })
+//!     .with_allows_url(|url| url.scheme() == "https")
+//!     .build()?;
+//! # let _ = delivery;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! On the receiving side:
 //!
 //! ```
@@ -37,14 +64,20 @@
 //! assert!(!verify_signature(b"secret", br#"{"order":43}"#, &header));
 //! ```
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, Error, OutboxEvent, Result};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use hare_outbox_core::{Delivery, DeliveryError, DeliveryReport, Error, OutboxEvent, Result};
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION};
-use reqwest::{Client, Response, StatusCode, Url, redirect};
+use reqwest::{Client, Response, StatusCode, redirect};
 use sha2::Sha256;
+
+pub use reqwest::Url;
 
 /// The header that carries the signature unless [`WebhookDelivery::with_signature_header`]
 /// names another (seed 001 § WebhookDelivery, `signature_header`).
@@ -56,6 +89,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many characters of a failed answer's body a [`DeliveryError`] carries.
 pub const ERROR_BODY_CHARS: usize = 200;
+
+/// How many characters of the answer's body and of the error a [`WebhookResult`] keeps: 4000
+/// (seed 001 § WebhookDelivery, `WEBHOOK_RESULT_BODY_MAX_LENGTH`).
+pub const RESULT_TEXT_CHARS: usize = 4000;
 
 /// Headers that frame or route the HTTP message itself; setting them would corrupt the request,
 /// so neither the configuration nor an event may set them.
@@ -71,111 +108,429 @@ const RESERVED_HEADERS: &[&str] = &[
     "upgrade",
 ];
 
-/// How many bytes of a successful answer are read so the connection can be reused; a longer
-/// body is dropped with its connection.
+/// How many bytes of an answer are read so the connection can be reused; a longer body is
+/// dropped with its connection.
 const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// How many bytes of an answer's body are kept: enough for [`RESULT_TEXT_CHARS`] characters of
+/// up to four bytes each, and one more to tell that the body was longer.
+const KEPT_BODY_BYTES: usize = RESULT_TEXT_CHARS * 4 + 4;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Delivers events by HTTP POST to one URL (seed 001 § WebhookDelivery, DESIGN §9.4).
+type TargetFn = Arc<
+    dyn Fn(&OutboxEvent) -> BoxFuture<'static, std::result::Result<WebhookTarget, DeliveryError>>
+        + Send
+        + Sync,
+>;
+
+type AllowsUrlFn = Arc<dyn Fn(&Url) -> BoxFuture<'static, bool> + Send + Sync>;
+
+/// Where one event goes: the URL, signing secret and headers of its subscriber, as the target
+/// function of [`WebhookDeliveryBuilder::with_target`] gives them (seed 001 § WebhookDelivery,
+/// `WebhookTarget`).
 ///
-/// Per event it sends one request:
-/// - method `POST`, body exactly [`OutboxEvent::body`], `content-type: application/json`;
-/// - the headers set with [`WebhookDelivery::with_header`], then the event's
-///   [`OutboxEvent::message_headers`], which replace configured headers of the same name
-///   (names compare case-insensitively), values sent as their UTF-8 bytes;
-/// - with a secret, the signature header ([`DEFAULT_SIGNATURE_HEADER`] unless
-///   [`WebhookDelivery::with_signature_header`] says otherwise) carrying [`sign`] of the body;
-///   it replaces any header of the same name.
-///
-/// An event fails (a [`DeliveryError`], which the relay retries) when the answer is not 2xx —
-/// 3xx included, since redirects are never followed, so the URL checked is the URL requested —,
-/// on a connection error, when the request and the answer take longer than the timeout, and when
-/// one of its headers cannot be sent over HTTP (a name that is not an HTTP token, a value with
-/// control characters, or one of the framing headers `content-length`, `transfer-encoding`,
-/// `host`, `connection`, `te`, `trailer`, `upgrade`, `keep-alive`, `proxy-connection`).
-///
-/// One HTTP client (with its connection pool) is built in [`WebhookDelivery::new`] and used for
-/// every request. Proxies from the usual environment variables (`HTTPS_PROXY`, `NO_PROXY`, …)
-/// apply.
-///
-/// Not implemented from the seed yet: per-event `target`, `allows_url` and the result column.
-#[derive(Clone)]
-pub struct WebhookDelivery {
-    client: Client,
-    url: Url,
-    /// The URL as messages show it: a password in it is replaced by `***`.
-    shown_url: String,
+/// The URL is checked when the event is sent: one that does not parse or is not `http`/`https`
+/// fails that event (recorded and retried like any failure).
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookTarget {
+    url: String,
     secret: Option<Vec<u8>>,
-    timeout: Duration,
-    headers: HeaderMap,
-    signature_header: HeaderName,
+    headers: Vec<(String, String)>,
 }
 
-impl std::fmt::Debug for WebhookDelivery {
-    /// Shows the URL (without a password), the timeout, the signature header and the configured
-    /// header names; never the secret or header values.
+impl std::fmt::Debug for WebhookTarget {
+    /// Shows the URL and header names; never the secret or header values.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let header_names: Vec<&str> = self.headers.keys().map(HeaderName::as_str).collect();
-        f.debug_struct("WebhookDelivery")
-            .field("url", &self.shown_url)
+        f.debug_struct("WebhookTarget")
+            .field("url", &self.url)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field("timeout", &self.timeout)
-            .field("headers", &header_names)
-            .field("signature_header", &self.signature_header.as_str())
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
-impl WebhookDelivery {
-    /// A delivery to `url` (an absolute `http` or `https` URL), without a secret (no signature),
-    /// with a timeout of [`DEFAULT_TIMEOUT`] (10 s) per request, no extra headers and the
-    /// signature header [`DEFAULT_SIGNATURE_HEADER`].
+impl WebhookTarget {
+    /// A target at `url`, without a secret (no signature) and without headers.
+    pub fn new(url: impl Into<String>) -> Self {
+        WebhookTarget {
+            url: url.into(),
+            secret: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// Signs the requests to this target with HMAC-SHA256 under `secret`. Unset by default.
+    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// Adds the header `name: value` to the requests to this target. It replaces a configured
+    /// header of the same name; an event header of that name and the signature replace it. A
+    /// name or value HTTP cannot carry fails the event (see [`WebhookDelivery`]).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The signing secret, if any.
+    pub fn secret(&self) -> Option<&[u8]> {
+        self.secret.as_deref()
+    }
+
+    /// The headers, in the order added.
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
+    }
+}
+
+/// The record of one attempt, which the relay stores in its
+/// [`result_column`](hare_outbox_core::RelayConfig) (seed 001 § WebhookDelivery,
+/// `result_field`): as JSON `{"status_code": int|null, "body": str|null, "error": str|null}`.
+///
+/// `status_code` and `body` are `null` when no answer came (refused URL, connection error,
+/// timeout); `error` is `null` after a 2xx. `body` and `error` are cut to
+/// [`RESULT_TEXT_CHARS`] characters; the body is read as lossy UTF-8, and NUL becomes U+FFFD in
+/// both (PostgreSQL's JSON cannot hold it).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct WebhookResult {
+    /// The answer's status code, if an answer came.
+    pub status_code: Option<u16>,
+    /// The answer's body, if an answer came.
+    pub body: Option<String>,
+    /// Why the attempt failed, if it did.
+    pub error: Option<String>,
+}
+
+impl WebhookResult {
+    /// The record as the JSON object stored in the result column.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "status_code": self.status_code,
+            "body": self.body,
+            "error": self.error,
+        })
+    }
+
+    fn failed(error: &DeliveryError) -> Self {
+        WebhookResult {
+            status_code: None,
+            body: None,
+            error: Some(result_text(&error.chain())),
+        }
+    }
+}
+
+/// Where a [`WebhookDelivery`] sends.
+#[derive(Clone)]
+enum Destination {
+    /// One URL for every event, with the delivery's secret.
+    Url {
+        url: Url,
+        /// The URL as messages show it: a password in it is replaced by `***`.
+        shown: String,
+        secret: Option<Vec<u8>>,
+    },
+    /// Per event, from the target function. `conflict` holds the message of a secret set on the
+    /// delivery after it was built with a target.
+    Target {
+        target: TargetFn,
+        conflict: Option<String>,
+    },
+}
+
+/// Delivers events by HTTP POST, to one URL or to each event's [`WebhookTarget`]
+/// (seed 001 § WebhookDelivery, DESIGN §9.4).
+///
+/// Per event it sends one request:
+/// - method `POST` to the URL (the delivery's, or the target's), body exactly
+///   [`OutboxEvent::body`], `content-type: application/json`;
+/// - the headers set with [`WebhookDelivery::with_header`], then the target's headers, then the
+///   event's [`OutboxEvent::message_headers`]; a later header replaces an earlier one of the same
+///   name (names compare case-insensitively); values are sent as their UTF-8 bytes;
+/// - with a secret (the delivery's, or the target's), the signature header
+///   ([`DEFAULT_SIGNATURE_HEADER`] unless [`WebhookDelivery::with_signature_header`] says
+///   otherwise) carrying [`sign`] of the body; it replaces any header of the same name.
+///
+/// Before every request the URL is passed to the `allows_url` function, when one is set; a URL
+/// it refuses is not requested and the event fails.
+///
+/// An event fails (a [`DeliveryError`], which the relay retries and eventually dead-letters) when
+/// the target function fails or gives a URL that does not parse or is not `http`/`https`, when
+/// `allows_url` refuses the URL, when the answer is not 2xx — 3xx included, since redirects are
+/// never followed, so the URL checked is the URL requested —, on a connection error, when the
+/// request and the answer take longer than the timeout, and when one of its headers cannot be
+/// sent over HTTP (a name that is not an HTTP token, a value with control characters, or one of
+/// the framing headers `content-length`, `transfer-encoding`, `host`, `connection`, `te`,
+/// `trailer`, `upgrade`, `keep-alive`, `proxy-connection`).
+///
+/// The relay gets a [`WebhookResult`] for every attempt through
+/// [`Delivery::deliver_batch_reported`].
+///
+/// One HTTP client (with its connection pool) is built with the delivery and used for every
+/// request. Proxies from the usual environment variables (`HTTPS_PROXY`, `NO_PROXY`, …) apply.
+#[derive(Clone)]
+pub struct WebhookDelivery {
+    client: Client,
+    destination: Destination,
+    timeout: Duration,
+    headers: HeaderMap,
+    signature_header: HeaderName,
+    allows_url: Option<AllowsUrlFn>,
+}
+
+impl std::fmt::Debug for WebhookDelivery {
+    /// Shows the URL (without a password) or that targets are per event, the timeout, the
+    /// signature header and the configured header names; never a secret or header values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.headers.keys().map(HeaderName::as_str).collect();
+        let mut out = f.debug_struct("WebhookDelivery");
+        match &self.destination {
+            Destination::Url { shown, secret, .. } => out
+                .field("url", shown)
+                .field("secret", &secret.as_ref().map(|_| "<redacted>")),
+            Destination::Target { .. } => out.field("target", &"<per event>"),
+        };
+        out.field("timeout", &self.timeout)
+            .field("headers", &header_names)
+            .field("signature_header", &self.signature_header.as_str())
+            .field("allows_url", &self.allows_url.is_some())
+            .finish()
+    }
+}
+
+/// Builds a [`WebhookDelivery`]; every check runs in [`WebhookDeliveryBuilder::build`]
+/// (seed 001 § WebhookDelivery: exactly one of `url` and `target`).
+#[derive(Default)]
+#[must_use]
+pub struct WebhookDeliveryBuilder {
+    url: Option<String>,
+    target: Option<TargetFn>,
+    secret: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+    headers: Vec<(String, String)>,
+    signature_header: Option<String>,
+    allows_url: Option<AllowsUrlFn>,
+}
+
+impl std::fmt::Debug for WebhookDeliveryBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookDeliveryBuilder")
+            .field("url", &self.url)
+            .field("target", &self.target.is_some())
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("signature_header", &self.signature_header)
+            .field("allows_url", &self.allows_url.is_some())
+            .finish()
+    }
+}
+
+impl WebhookDeliveryBuilder {
+    /// Sends every event to `url` (an absolute `http` or `https` URL). Exclusive with
+    /// [`with_target`](Self::with_target).
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// Sends each event where `target(event)` says: its URL, secret and headers
+    /// (seed 001 § WebhookDelivery, `target`). The function is async (e.g. it loads the event's
+    /// subscription); an `Err` fails the event, which the relay retries. Exclusive with
+    /// [`with_url`](Self::with_url) and with a delivery-wide [`with_secret`](Self::with_secret).
+    pub fn with_target<F, Fut>(mut self, target: F) -> Self
+    where
+        F: Fn(OutboxEvent) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<WebhookTarget, DeliveryError>> + Send + 'static,
+    {
+        self.target = Some(Arc::new(move |event: &OutboxEvent| {
+            Box::pin(target(event.clone())) as BoxFuture<'static, _>
+        }));
+        self
+    }
+
+    /// Like [`with_target`](Self::with_target) with a plain function.
+    pub fn with_sync_target<F>(mut self, target: F) -> Self
+    where
+        F: Fn(&OutboxEvent) -> std::result::Result<WebhookTarget, DeliveryError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.target = Some(Arc::new(move |event: &OutboxEvent| {
+            Box::pin(std::future::ready(target(event))) as BoxFuture<'static, _>
+        }));
+        self
+    }
+
+    /// Signs every request under `secret`; only with [`with_url`](Self::with_url) — with a
+    /// target the secret belongs to the [`WebhookTarget`]. Unset by default.
+    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// The time one request may take. Defaults to [`DEFAULT_TIMEOUT`] (10 s).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sends the header `name: value` with every request; checked by
+    /// [`build`](Self::build) as in [`WebhookDelivery::with_header`].
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sends the signature in the header `name`. Defaults to [`DEFAULT_SIGNATURE_HEADER`].
+    pub fn with_signature_header(mut self, name: impl Into<String>) -> Self {
+        self.signature_header = Some(name.into());
+        self
+    }
+
+    /// Calls `allows(url)` before every request; `false` refuses the URL: the event is not sent
+    /// and fails (retried like any failure, dead-lettered when attempts run out). For keeping
+    /// requests out of the service's own network (seed 001 § WebhookDelivery, `allows_url`).
+    /// Unset by default: every URL is allowed.
+    pub fn with_allows_url<F>(mut self, allows: F) -> Self
+    where
+        F: Fn(&Url) -> bool + Send + Sync + 'static,
+    {
+        self.allows_url = Some(sync_allows(allows));
+        self
+    }
+
+    /// Like [`with_allows_url`](Self::with_allows_url) with an async function (e.g. one that
+    /// resolves the host name).
+    pub fn with_allows_url_async<F, Fut>(mut self, allows: F) -> Self
+    where
+        F: Fn(Url) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bool> + Send + 'static,
+    {
+        self.allows_url = Some(Arc::new(move |url: &Url| {
+            Box::pin(allows(url.clone())) as BoxFuture<'static, bool>
+        }));
+        self
+    }
+
+    /// The delivery.
     ///
     /// # Errors
-    /// [`Error::Configuration`] naming the value when `url` does not parse or its scheme is not
-    /// `http` or `https`, or when the HTTP client cannot be built (no TLS roots available).
-    pub fn new(url: impl Into<String>) -> Result<Self> {
-        let text = url.into();
-        let parsed = Url::parse(&text).map_err(|e| {
-            Error::configuration(format!(
-                "webhook url {text:?} is not a valid absolute URL ({e}); expected e.g. \"https://example.com/hooks\""
-            ))
-        })?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(Error::configuration(format!(
-                "webhook url {:?} has the scheme {:?}; only http and https are allowed",
-                shown(&parsed),
-                parsed.scheme()
-            )));
-        }
+    /// [`Error::Configuration`] naming the problem when neither or both of `url` and `target`
+    /// are set, when a secret is set together with a target, when the URL does not parse or is
+    /// not `http`/`https`, when a header or the signature header name is refused (see
+    /// [`WebhookDelivery::with_header`]), or when the HTTP client cannot be built.
+    pub fn build(self) -> Result<WebhookDelivery> {
+        let destination = match (self.url, self.target) {
+            (None, None) => {
+                return Err(Error::configuration(
+                    "webhook delivery needs a url or a target; set exactly one of them",
+                ));
+            }
+            (Some(url), Some(_)) => {
+                return Err(Error::configuration(format!(
+                    "webhook delivery has both a url ({url:?}) and a target; set exactly one of them"
+                )));
+            }
+            (Some(url), None) => {
+                let url = parse_url(&url).map_err(Error::configuration)?;
+                Destination::Url {
+                    shown: shown(&url),
+                    url,
+                    secret: self.secret,
+                }
+            }
+            (None, Some(target)) => {
+                if self.secret.is_some() {
+                    return Err(Error::configuration(
+                        "webhook delivery has a secret and a target; with a target the signing secret belongs to the WebhookTarget (WebhookTarget::with_secret)",
+                    ));
+                }
+                Destination::Target {
+                    target,
+                    conflict: None,
+                }
+            }
+        };
         let client = Client::builder()
             .redirect(redirect::Policy::none())
             .user_agent(concat!("hare-outbox-webhook/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| {
                 Error::configuration(format!(
-                    "building the HTTP client for webhook url {:?} failed: {}",
-                    shown(&parsed),
+                    "building the HTTP client of the webhook delivery failed: {}",
                     error_chain(&e)
                 ))
             })?;
-        Ok(WebhookDelivery {
+        let mut delivery = WebhookDelivery {
             client,
-            shown_url: shown(&parsed),
-            url: parsed,
-            secret: None,
-            timeout: DEFAULT_TIMEOUT,
+            destination,
+            timeout: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
             headers: HeaderMap::new(),
             signature_header: HeaderName::from_static(DEFAULT_SIGNATURE_HEADER),
-        })
+            allows_url: self.allows_url,
+        };
+        for (name, value) in &self.headers {
+            delivery = delivery.with_header(name, value)?;
+        }
+        if let Some(name) = &self.signature_header {
+            delivery = delivery.with_signature_header(name)?;
+        }
+        Ok(delivery)
+    }
+}
+
+impl WebhookDelivery {
+    /// A delivery to `url` (an absolute `http` or `https` URL), without a secret (no signature),
+    /// with a timeout of [`DEFAULT_TIMEOUT`] (10 s) per request, no extra headers and the
+    /// signature header [`DEFAULT_SIGNATURE_HEADER`]. Shorthand for
+    /// `WebhookDelivery::builder().with_url(url).build()`.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] naming the value when `url` does not parse or its scheme is not
+    /// `http` or `https`, or when the HTTP client cannot be built (no TLS roots available).
+    pub fn new(url: impl Into<String>) -> Result<Self> {
+        WebhookDelivery::builder().with_url(url).build()
+    }
+
+    /// A builder, for a delivery with a per-event target or with everything checked at once.
+    pub fn builder() -> WebhookDeliveryBuilder {
+        WebhookDeliveryBuilder::default()
     }
 
     /// Signs every request with HMAC-SHA256 under `secret` (seed 001 § WebhookDelivery,
     /// `secret`). Unset by default: no signature header is sent. Any length is accepted, the
     /// empty secret included (which anyone can forge — make sure the secret was really found).
+    ///
+    /// Only for a delivery to one URL: with a target the secret belongs to the
+    /// [`WebhookTarget`], and a delivery built with a target then fails every event with a
+    /// message saying so ([`WebhookDeliveryBuilder::build`] refuses the same combination up
+    /// front).
     pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
-        self.secret = Some(secret.into());
+        match &mut self.destination {
+            Destination::Url { secret: kept, .. } => *kept = Some(secret.into()),
+            Destination::Target { conflict, .. } => {
+                *conflict = Some(
+                    "webhook delivery has a secret and a target; with a target the signing secret belongs to the WebhookTarget (WebhookTarget::with_secret)"
+                        .to_owned(),
+                );
+            }
+        }
         self
     }
 
@@ -187,8 +542,8 @@ impl WebhookDelivery {
     }
 
     /// Sends the header `name: value` with every request (seed 001 § WebhookDelivery,
-    /// `headers`). Setting a name again replaces its value; an event header of the same name
-    /// replaces it for that event, and the signature header always wins.
+    /// `headers`). Setting a name again replaces its value; a target's or the event's header of
+    /// the same name replaces it for that event, and the signature header always wins.
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the header when `name` is not an HTTP header name (a token:
@@ -214,29 +569,146 @@ impl WebhookDelivery {
         Ok(self)
     }
 
+    /// Calls `allows(url)` before every request; see
+    /// [`WebhookDeliveryBuilder::with_allows_url`]. Unset by default: every URL is allowed.
+    pub fn with_allows_url<F>(mut self, allows: F) -> Self
+    where
+        F: Fn(&Url) -> bool + Send + Sync + 'static,
+    {
+        self.allows_url = Some(sync_allows(allows));
+        self
+    }
+
+    /// Sends `event` once: the result, and the record of the attempt.
+    async fn attempt(
+        &self,
+        event: &OutboxEvent,
+    ) -> (std::result::Result<(), DeliveryError>, WebhookResult) {
+        match self.send(event).await {
+            Ok(result) => (Ok(()), result),
+            Err((error, result)) => (Err(error), result),
+        }
+    }
+
+    async fn send(
+        &self,
+        event: &OutboxEvent,
+    ) -> std::result::Result<WebhookResult, (DeliveryError, WebhookResult)> {
+        let fail = |error: DeliveryError| {
+            let result = WebhookResult::failed(&error);
+            (error, result)
+        };
+        let (url, shown_url, secret, target_headers) = match &self.destination {
+            Destination::Url { url, shown, secret } => {
+                (url.clone(), shown.clone(), secret.clone(), Vec::new())
+            }
+            Destination::Target { target, conflict } => {
+                if let Some(message) = conflict {
+                    return Err(fail(DeliveryError::new(message.clone())));
+                }
+                let target = target(event).await.map_err(|e| {
+                    fail(DeliveryError::with_source(
+                        format!("the webhook target of event {} failed", event.id),
+                        e,
+                    ))
+                })?;
+                let url = parse_url(&target.url).map_err(|e| {
+                    fail(DeliveryError::new(format!(
+                        "the webhook target of event {}: {e}",
+                        event.id
+                    )))
+                })?;
+                let shown_url = shown(&url);
+                (url, shown_url, target.secret, target.headers)
+            }
+        };
+        if let Some(allows) = &self.allows_url
+            && !allows(&url).await
+        {
+            return Err(fail(DeliveryError::new(format!(
+                "webhook url {shown_url} was refused by allows_url; event {} was not sent",
+                event.id
+            ))));
+        }
+        let body = event.body();
+        let headers = self
+            .request_headers(event, &body, &shown_url, secret.as_deref(), &target_headers)
+            .map_err(fail)?;
+        let response = self
+            .client
+            .post(url)
+            .headers(headers)
+            .body(body)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| fail(self.send_error(&shown_url, e)))?;
+        let status = response.status();
+        let location = response
+            .headers()
+            .get(LOCATION)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let (text, more) = read_body(response).await;
+        let result = WebhookResult {
+            status_code: Some(status.as_u16()),
+            body: Some(result_text(&text)),
+            error: None,
+        };
+        if status.is_success() {
+            return Ok(result);
+        }
+        let mut message = format!("webhook {shown_url} answered {}", show_status(status));
+        if status.is_redirection() {
+            message.push_str(" (redirects are not followed");
+            if let Some(location) = location {
+                message.push_str("; location: ");
+                message.push_str(&location);
+            }
+            message.push(')');
+        }
+        let snippet = snippet(&text, more);
+        if !snippet.is_empty() {
+            message.push_str(": ");
+            message.push_str(&snippet);
+        }
+        let error = DeliveryError::new(message);
+        let result = WebhookResult {
+            error: Some(result_text(&error.chain())),
+            ..result
+        };
+        Err((error, result))
+    }
+
     /// The headers of the request for `event` with `body`.
     fn request_headers(
         &self,
         event: &OutboxEvent,
         body: &[u8],
+        shown_url: &str,
+        secret: Option<&[u8]>,
+        target_headers: &[(String, String)],
     ) -> std::result::Result<HeaderMap, DeliveryError> {
         let mut headers = HeaderMap::with_capacity(self.headers.len() + 8);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in &self.headers {
             headers.insert(name.clone(), value.clone());
         }
-        for (name, value) in event.message_headers() {
-            let refused = |reason: String| {
-                DeliveryError::new(format!(
-                    "event {} cannot be sent to webhook {}: {reason}",
-                    event.id, self.shown_url
-                ))
-            };
+        let refused = |reason: String| {
+            DeliveryError::new(format!(
+                "event {} cannot be sent to webhook {shown_url}: {reason}",
+                event.id
+            ))
+        };
+        for (name, value) in target_headers
+            .iter()
+            .cloned()
+            .chain(event.message_headers())
+        {
             let header = header_name(&name).map_err(refused)?;
             let value = header_value(&name, &value).map_err(refused)?;
             headers.insert(header, value);
         }
-        if let Some(secret) = &self.secret {
+        if let Some(secret) = secret {
             let signature = HeaderValue::from_str(&sign(secret, body))
                 .map_err(|e| DeliveryError::with_source("signature is not a header value", e))?;
             headers.insert(self.signature_header.clone(), signature);
@@ -244,17 +716,16 @@ impl WebhookDelivery {
         Ok(headers)
     }
 
-    fn send_error(&self, error: reqwest::Error) -> DeliveryError {
+    fn send_error(&self, shown_url: &str, error: reqwest::Error) -> DeliveryError {
         let message = if error.is_timeout() {
             format!(
-                "webhook {} timed out after {:.3} s",
-                self.shown_url,
+                "webhook {shown_url} timed out after {:.3} s",
                 self.timeout.as_secs_f64()
             )
         } else if error.is_connect() {
-            format!("webhook {}: connecting failed", self.shown_url)
+            format!("webhook {shown_url}: connecting failed")
         } else {
-            format!("webhook {}: request failed", self.shown_url)
+            format!("webhook {shown_url}: request failed")
         };
         // The URL is in the message already, without a password.
         DeliveryError::with_source(message, error.without_url())
@@ -264,46 +735,66 @@ impl WebhookDelivery {
 #[async_trait]
 impl Delivery for WebhookDelivery {
     async fn deliver(&self, event: &OutboxEvent) -> std::result::Result<(), DeliveryError> {
-        let body = event.body();
-        let headers = self.request_headers(event, &body)?;
-        let response = self
-            .client
-            .post(self.url.clone())
-            .headers(headers)
-            .body(body)
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| self.send_error(e))?;
-        let status = response.status();
-        if status.is_success() {
-            drain(response).await;
-            return Ok(());
-        }
-        let location = response
-            .headers()
-            .get(LOCATION)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let snippet = body_snippet(response).await;
-        let mut message = format!(
-            "webhook {} answered {}",
-            self.shown_url,
-            show_status(status)
-        );
-        if status.is_redirection() {
-            message.push_str(" (redirects are not followed");
-            if let Some(location) = location {
-                message.push_str("; location: ");
-                message.push_str(&location);
-            }
-            message.push(')');
-        }
-        if !snippet.is_empty() {
-            message.push_str(": ");
-            message.push_str(&snippet);
-        }
-        Err(DeliveryError::new(message))
+        self.attempt(event).await.0
     }
+
+    /// Sends up to `concurrency` events at once, each within `timeout`, and reports each
+    /// attempt's [`WebhookResult`] as its record.
+    async fn deliver_batch_reported(
+        &self,
+        events: &[OutboxEvent],
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<DeliveryReport> {
+        let sends: Vec<BoxFuture<'_, DeliveryReport>> = events
+            .iter()
+            .map(|event| {
+                Box::pin(async move {
+                    let (result, record) =
+                        match tokio::time::timeout(timeout, self.attempt(event)).await {
+                            Ok(attempt) => attempt,
+                            Err(_) => {
+                                let error = DeliveryError::new(format!(
+                                    "delivery timed out after {:.3} s",
+                                    timeout.as_secs_f64()
+                                ));
+                                let record = WebhookResult::failed(&error);
+                                (Err(error), record)
+                            }
+                        };
+                    DeliveryReport::new(result).with_record(record.to_json())
+                }) as BoxFuture<'_, DeliveryReport>
+            })
+            .collect();
+        futures::stream::iter(sends)
+            .buffered(concurrency.max(1))
+            .collect()
+            .await
+    }
+}
+
+fn sync_allows<F>(allows: F) -> AllowsUrlFn
+where
+    F: Fn(&Url) -> bool + Send + Sync + 'static,
+{
+    Arc::new(move |url: &Url| Box::pin(std::future::ready(allows(url))) as BoxFuture<'static, bool>)
+}
+
+/// `text` parsed as an absolute `http`/`https` URL, or why not.
+fn parse_url(text: &str) -> std::result::Result<Url, String> {
+    let parsed = Url::parse(text).map_err(|e| {
+        format!(
+            "webhook url {text:?} is not a valid absolute URL ({e}); expected e.g. \"https://example.com/hooks\""
+        )
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "webhook url {:?} has the scheme {:?}; only http and https are allowed",
+            shown(&parsed),
+            parsed.scheme()
+        ));
+    }
+    Ok(parsed)
 }
 
 /// The signature of `body` under `secret`: `"sha256=<lowercase hex HMAC-SHA256 of body>"`, the
@@ -385,23 +876,35 @@ fn show_status(status: StatusCode) -> String {
     }
 }
 
-/// Up to [`ERROR_BODY_CHARS`] characters of the answer's body (lossy UTF-8, NUL as U+FFFD so the
-/// message can be stored in PostgreSQL text), with `…` when there was more. Reads no more than
-/// it needs; a body that fails midway gives what arrived.
-async fn body_snippet(mut response: Response) -> String {
-    let limit = ERROR_BODY_CHARS * 4 + 4;
-    let mut bytes: Vec<u8> = Vec::new();
+/// The answer's body as lossy UTF-8 text, at most [`KEPT_BODY_BYTES`] bytes of it, and whether
+/// there was more. Reads on (discarding) up to [`DRAIN_LIMIT`] bytes so the connection can return
+/// to the pool; a body that fails midway gives what arrived.
+async fn read_body(mut response: Response) -> (String, bool) {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut read = 0usize;
     let mut more = false;
-    while bytes.len() <= limit {
+    while read <= DRAIN_LIMIT {
         match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            Ok(Some(chunk)) => {
+                read += chunk.len();
+                let room = KEPT_BODY_BYTES.saturating_sub(kept.len());
+                if chunk.len() > room {
+                    more = true;
+                }
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
             Ok(None) | Err(_) => break,
         }
     }
-    if bytes.len() > limit {
+    if read > DRAIN_LIMIT {
         more = true;
     }
-    let text = String::from_utf8_lossy(&bytes);
+    (String::from_utf8_lossy(&kept).into_owned(), more)
+}
+
+/// Up to [`ERROR_BODY_CHARS`] characters of a failed answer's body for the error message, NUL as
+/// U+FFFD so the message can be stored in PostgreSQL text, with `…` when there was more.
+fn snippet(text: &str, more: bool) -> String {
     let text = text.trim_end();
     let mut snippet: String = text
         .chars()
@@ -414,16 +917,13 @@ async fn body_snippet(mut response: Response) -> String {
     snippet
 }
 
-/// Reads a successful answer's body (up to [`DRAIN_LIMIT`] bytes) so its connection returns to
-/// the pool. Errors are ignored: the event was delivered.
-async fn drain(mut response: Response) {
-    let mut read = 0usize;
-    while read <= DRAIN_LIMIT {
-        match response.chunk().await {
-            Ok(Some(chunk)) => read += chunk.len(),
-            Ok(None) | Err(_) => return,
-        }
-    }
+/// `text` as a [`WebhookResult`] keeps it: at most [`RESULT_TEXT_CHARS`] characters, NUL as
+/// U+FFFD.
+fn result_text(text: &str) -> String {
+    text.chars()
+        .take(RESULT_TEXT_CHARS)
+        .map(|c| if c == '\0' { '\u{FFFD}' } else { c })
+        .collect()
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -489,6 +989,35 @@ mod tests {
         assert!(!text.contains("tok-123"), "{text}");
         assert!(text.contains("authorization"), "{text}");
         assert!(text.contains("<redacted>"), "{text}");
+    }
+
+    #[test]
+    fn result_text_cuts_and_replaces_nul() {
+        assert_eq!(result_text("a\0b"), "a\u{FFFD}b");
+        assert_eq!(
+            result_text(&"é".repeat(RESULT_TEXT_CHARS + 10))
+                .chars()
+                .count(),
+            RESULT_TEXT_CHARS
+        );
+        assert_eq!(
+            snippet("x".repeat(300).as_str(), false).chars().count(),
+            ERROR_BODY_CHARS + 1
+        );
+        assert_eq!(snippet("ok\n", false), "ok");
+    }
+
+    #[test]
+    fn result_json_has_the_three_keys() {
+        let record = WebhookResult {
+            status_code: Some(500),
+            body: Some("boom".into()),
+            error: None,
+        };
+        assert_eq!(
+            record.to_json(),
+            serde_json::json!({"status_code": 500, "body": "boom", "error": null})
+        );
     }
 
     #[test]
