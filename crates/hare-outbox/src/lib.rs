@@ -53,12 +53,13 @@
 //! |---|---|
 //! | `sqlite` (default) | [`sqlite::SqliteBackend`]: the embedded database, a single file, no server |
 //! | `postgres` | [`postgres::PgBackend`]: PostgreSQL ≥ 13, `FOR UPDATE SKIP LOCKED` leases |
-//! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures |
+//! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures, per-event targets, `allows_url`, attempt records |
 //! | `redis` | [`redis::RedisStreamsDelivery`] (XADD, one pipeline per batch) and [`redis::RedisWakeup`] |
 //! | `rabbitmq` | [`rabbitmq::RabbitMqDelivery`] (persistent, publisher confirms) and [`rabbitmq::RabbitMqWakeup`] |
 //! | `kafka` | [`kafka::KafkaDelivery`] (idempotent, acks=all, key = ordering key) and [`kafka::KafkaWakeup`] |
 //! | `mqtt` | [`mqtt::MqttDelivery`]: QoS 1, topic dots mapped to slashes |
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
+//! | `taskiq` | [`taskiq::TaskiqDelivery`]: task events executed by Python taskiq workers (Redis list broker; RabbitMQ too with `rabbitmq`) |
 
 pub use hare_outbox_core::*;
 
@@ -102,6 +103,12 @@ pub mod mqtt {
 #[cfg(feature = "kafka")]
 pub mod kafka {
     pub use hare_outbox_kafka::*;
+}
+
+/// taskiq task delivery: task events for Python taskiq workers.
+#[cfg(feature = "taskiq")]
+pub mod taskiq {
+    pub use hare_outbox_taskiq::*;
 }
 
 /// The HTTP webhook delivery.
