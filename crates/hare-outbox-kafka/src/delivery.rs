@@ -1,10 +1,12 @@
 //! `KafkaDelivery`: events produced to Kafka topics (seed 001 § Доставки, DESIGN §9.1).
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use hare_outbox_core::{Delivery, DeliveryError, Error, OutboxEvent, Result};
 use rdkafka::ClientConfig;
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::time::Instant;
@@ -45,10 +47,36 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// flight when the relay gives up may be written later and then again by the relay's retry —
 /// delivery is at least once; receivers drop duplicates by `hare-outbox-event-id`.
 ///
-/// Clones share the producer.
+/// # Broker outages
+///
+/// While the broker cannot be reached librdkafka keeps each message and retries it by itself;
+/// `message.timeout.ms` — set to this delivery's timeout by [`new`](Self::new) and
+/// [`with_timeout`](Self::with_timeout) — is what bounds that. Within it an event either is
+/// acknowledged or fails (librdkafka's `MessageTimedOut`, or this delivery's own wait running
+/// out), so the relay records the failure (attempts, `last_error`) and schedules the event again
+/// with its backoff, instead of waiting on a producer that retries on its own for librdkafka's
+/// default of 300 s and may then write a message the relay has already sent again. Once the broker
+/// is back, the next attempt goes through. A shorter timeout surfaces an outage sooner; the
+/// outage test runs with 2 s.
+///
+/// An idempotent producer whose messages time out while in flight has to re-establish its
+/// producer id and epoch with the broker; when that goes wrong it is left refusing every later
+/// message (`ProducerFenced`, `InvalidProducerEpoch`, `OutOfOrderSequenceNumber`,
+/// `UnknownProducerId`), or in librdkafka's *fatal* state (`rd_kafka_fatal_error`), and never
+/// recovers by itself (the tansu broker answers `ProducerFenced` after such an outage in this
+/// crate's outage test).
+/// A delivery made by [`new`](Self::new) then replaces the producer with a fresh one from the
+/// same settings — after a send that failed with one of those errors, and before a send when the
+/// producer is in the fatal state — so delivery resumes by itself once the broker is back; the
+/// events of the failed send are retried by the relay. A producer handed in through
+/// [`from_producer`](Self::from_producer) cannot be rebuilt: once fatal, every event fails with
+/// the fatal error named, until the delivery is made again with a new producer.
+///
+/// Clones share the producer (and its replacement).
 #[derive(Clone)]
 pub struct KafkaDelivery {
-    producer: FutureProducer,
+    /// The producer in use; replaced when it is broken and `config` is known.
+    producer: Arc<Mutex<Slot>>,
     /// The settings `producer` was made from; `None` when the caller handed in the producer.
     config: Option<ClientConfig>,
     servers: String,
@@ -89,7 +117,7 @@ impl KafkaDelivery {
             .set("partitioner", "murmur2_random");
         let producer = create_producer(&mut config, DEFAULT_TIMEOUT)?;
         Ok(KafkaDelivery {
-            producer,
+            producer: Slot::shared(producer),
             config: Some(config),
             servers: bootstrap_servers.trim().to_owned(),
             topic: None,
@@ -103,7 +131,7 @@ impl KafkaDelivery {
     /// relay's delivery timeout.
     pub fn from_producer(producer: FutureProducer) -> Self {
         KafkaDelivery {
-            producer,
+            producer: Slot::shared(producer),
             config: None,
             servers: "a caller-built producer".to_owned(),
             topic: None,
@@ -138,7 +166,8 @@ impl KafkaDelivery {
     pub fn with_timeout(mut self, timeout: Duration) -> Result<Self> {
         millis("kafka delivery timeout", timeout)?;
         if let Some(config) = self.config.as_mut() {
-            self.producer = create_producer(config, timeout)?;
+            // A producer of its own: clones made before keep the old one.
+            self.producer = Slot::shared(create_producer(config, timeout)?);
         }
         self.timeout = timeout;
         Ok(self)
@@ -149,8 +178,66 @@ impl KafkaDelivery {
         self.topic.as_deref().unwrap_or(&event.topic)
     }
 
-    /// Hands `event` to the producer; the future resolves once the broker acknowledged it.
-    fn start(&self, event: &OutboxEvent) -> Result<DeliveryFuture, DeliveryError> {
+    /// The producer to send with and its generation. One in the fatal state is replaced first
+    /// (see [`replace`](Self::replace)); when the producer was handed in, the fatal error is
+    /// returned instead.
+    fn producer(&self) -> Result<(FutureProducer, u64), DeliveryError> {
+        let slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
+        let (producer, generation) = (slot.producer.clone(), slot.generation);
+        drop(slot);
+        let Some((code, reason)) = producer.client().fatal_error() else {
+            return Ok((producer, generation));
+        };
+        let why = format!("a fatal error ({code:?}: {reason})");
+        if self.config.is_none() {
+            return Err(DeliveryError::new(format!(
+                "the Kafka producer for {} hit {why} and cannot send again; make the delivery \
+                 again with a new producer",
+                self.servers
+            )));
+        }
+        drop(producer);
+        self.replace(generation, &why)
+    }
+
+    /// Replaces the producer of `generation` (if no other call replaced it already) with a fresh
+    /// one from the same settings, closing the old one on a blocking thread (dropping a producer
+    /// waits for librdkafka). Returns the producer now in use.
+    fn replace(&self, generation: u64, why: &str) -> Result<(FutureProducer, u64), DeliveryError> {
+        let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(config) = self.config.as_ref() else {
+            return Ok((slot.producer.clone(), slot.generation));
+        };
+        if slot.generation != generation {
+            return Ok((slot.producer.clone(), slot.generation));
+        }
+        let fresh = config.create::<FutureProducer>().map_err(|e| {
+            DeliveryError::with_source(
+                format!(
+                    "the Kafka producer for {} hit {why} and a new one could not be made",
+                    self.servers
+                ),
+                e,
+            )
+        })?;
+        tracing::warn!(
+            servers = %self.servers,
+            "the Kafka producer hit {why}; replaced it with a new one"
+        );
+        let old = std::mem::replace(&mut slot.producer, fresh.clone());
+        slot.generation += 1;
+        let generation = slot.generation;
+        drop(slot);
+        tokio::task::spawn_blocking(move || drop(old));
+        Ok((fresh, generation))
+    }
+
+    /// Hands `event` to `producer`; the future resolves once the broker acknowledged it.
+    fn start(
+        &self,
+        producer: &FutureProducer,
+        event: &OutboxEvent,
+    ) -> Result<DeliveryFuture, DeliveryError> {
         let topic = self.topic_for(event);
         if let Some(reason) = invalid_topic_reason(topic) {
             return Err(DeliveryError::new(format!(
@@ -174,7 +261,7 @@ impl KafkaDelivery {
         if let Some(key) = event.message_key() {
             record = record.key(key);
         }
-        self.producer.send_result(record).map_err(|(error, _)| {
+        producer.send_result(record).map_err(|(error, _)| {
             DeliveryError::with_source(
                 format!(
                     "event {} could not be queued for Kafka topic {topic:?} on {}",
@@ -192,22 +279,46 @@ impl KafkaDelivery {
         timeout: Duration,
     ) -> Vec<Result<(), DeliveryError>> {
         let deadline = Instant::now() + timeout;
-        let started: Vec<_> = events.iter().map(|event| self.start(event)).collect();
+        let (producer, generation) = match self.producer() {
+            Ok(current) => current,
+            Err(error) => {
+                let text = error.chain();
+                return events
+                    .iter()
+                    .map(|_| Err(DeliveryError::new(text.clone())))
+                    .collect();
+            }
+        };
+        let started: Vec<_> = events
+            .iter()
+            .map(|event| self.start(&producer, event))
+            .collect();
+        // The acknowledgements do not need the handle; a replaced producer is then closed by the
+        // blocking task alone.
+        drop(producer);
+        let broken: Mutex<Option<RDKafkaErrorCode>> = Mutex::new(None);
         let waits = started
             .into_iter()
             .zip(events)
-            .map(|(started, event)| async move {
+            .map(|(started, event)| async {
                 let future = started?;
                 let topic = self.topic_for(event);
                 match tokio::time::timeout_at(deadline, future).await {
                     Ok(Ok(Ok(_delivered))) => Ok(()),
-                    Ok(Ok(Err((error, _message)))) => Err(DeliveryError::with_source(
-                        format!(
-                            "Kafka did not take event {} on topic {topic:?} ({})",
-                            event.id, self.servers
-                        ),
-                        error,
-                    )),
+                    Ok(Ok(Err((error, _message)))) => {
+                        if let Some(code) = error.rdkafka_error_code()
+                            && breaks_the_producer(code)
+                        {
+                            *broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(code);
+                        }
+                        Err(DeliveryError::with_source(
+                            format!(
+                                "Kafka did not take event {} on topic {topic:?} ({})",
+                                event.id, self.servers
+                            ),
+                            error,
+                        ))
+                    }
                     Ok(Err(_canceled)) => Err(DeliveryError::new(format!(
                         "the Kafka producer was closed before event {} on topic {topic:?} was \
                          acknowledged",
@@ -222,8 +333,45 @@ impl KafkaDelivery {
                     ))),
                 }
             });
-        futures::future::join_all(waits).await
+        let results = futures::future::join_all(waits).await;
+        let broken = *broken.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(code) = broken {
+            // The events of this send fail; the relay's retry goes out on the new producer.
+            if let Err(error) = self.replace(generation, &format!("{code:?} on a send")) {
+                tracing::warn!(error = %error.chain(), "keeping the broken Kafka producer");
+            }
+        }
+        results
     }
+}
+
+/// The producer in use and how many times it was replaced.
+struct Slot {
+    producer: FutureProducer,
+    generation: u64,
+}
+
+impl Slot {
+    fn shared(producer: FutureProducer) -> Arc<Mutex<Slot>> {
+        Arc::new(Mutex::new(Slot {
+            producer,
+            generation: 0,
+        }))
+    }
+}
+
+/// Whether a message failing with `code` means the idempotent producer lost its producer id,
+/// epoch or sequence with the broker and refuses every later message: only a new producer helps.
+fn breaks_the_producer(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::OutOfOrderSequenceNumber
+            | RDKafkaErrorCode::UnknownProducerId
+            | RDKafkaErrorCode::InvalidProducerIdMapping
+            | RDKafkaErrorCode::Fatal
+    )
 }
 
 /// Sets the timeouts on `config` and makes the producer.
@@ -269,7 +417,12 @@ impl Delivery for KafkaDelivery {
 
     /// Waits (at most the timeout) for messages still in flight.
     async fn close(&self) -> Result<(), DeliveryError> {
-        let producer = self.producer.clone();
+        let producer = self
+            .producer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .producer
+            .clone();
         let timeout = self.timeout;
         tokio::task::spawn_blocking(move || producer.flush(timeout))
             .await
@@ -309,6 +462,25 @@ mod tests {
         assert_eq!(d.topic_for(&e), "orders.created");
         let d = d.with_topic("events").unwrap();
         assert_eq!(d.topic_for(&e), "events");
+    }
+
+    #[test]
+    fn producer_state_errors_call_for_a_new_producer() {
+        for code in [
+            RDKafkaErrorCode::ProducerFenced,
+            RDKafkaErrorCode::InvalidProducerEpoch,
+            RDKafkaErrorCode::OutOfOrderSequenceNumber,
+            RDKafkaErrorCode::UnknownProducerId,
+        ] {
+            assert!(breaks_the_producer(code), "{code:?}");
+        }
+        for code in [
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::MessageSizeTooLarge,
+        ] {
+            assert!(!breaks_the_producer(code), "{code:?}");
+        }
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 pub mod http;
 pub mod logs;
 pub mod net;
+pub mod outage;
 pub mod pg;
 pub mod record;
 pub mod scenario;

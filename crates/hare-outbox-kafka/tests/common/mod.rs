@@ -1,5 +1,6 @@
 //! Helpers of the Kafka tests: the shared broker, topics of their own, reading a topic back
-//! without a consumer group, events, a PostgreSQL outbox.
+//! without a consumer group, events, a PostgreSQL outbox, tansu brokers of a test's own (also
+//! behind a proxy, by advertising the proxy's port).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -35,26 +36,34 @@ pub fn unique(prefix: &str) -> String {
 }
 
 fn config() -> ClientConfig {
+    config_at(&bootstrap())
+}
+
+fn config_at(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap());
+    config.set("bootstrap.servers", bootstrap);
     config
 }
 
 /// Creates `topic` with `partitions` partitions; fails the test when the broker is unreachable.
 pub async fn create_topic(topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = config().create().unwrap();
+    create_topic_at(&bootstrap(), topic, partitions).await;
+}
+
+/// [`create_topic`] on the broker reached through `bootstrap`.
+pub async fn create_topic_at(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = config_at(bootstrap).create().unwrap();
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = tokio::time::timeout(WAIT, admin.create_topics([&new], &options))
         .await
         .unwrap_or_else(|_| {
             panic!(
-                "the Kafka broker at {} did not answer within {WAIT:?}; start it with \
-                 scripts/test.sh or set HARE_OUTBOX_TEST_KAFKA_BOOTSTRAP",
-                bootstrap()
+                "the Kafka broker at {bootstrap} did not answer within {WAIT:?}; start it with \
+                 scripts/test.sh or set HARE_OUTBOX_TEST_KAFKA_BOOTSTRAP"
             )
         })
-        .unwrap_or_else(|e| panic!("creating topic {topic} at {} failed: {e}", bootstrap()));
+        .unwrap_or_else(|e| panic!("creating topic {topic} at {bootstrap} failed: {e}"));
     for result in results {
         result.unwrap_or_else(|(name, code)| panic!("creating topic {name} failed: {code}"));
     }
@@ -63,8 +72,13 @@ pub async fn create_topic(topic: &str, partitions: i32) {
 /// A consumer outside any consumer group, assigned `partitions` partitions of `topic` from the
 /// beginning.
 pub fn reader(topic: &str, partitions: i32) -> StreamConsumer {
+    reader_at(&bootstrap(), topic, partitions)
+}
+
+/// [`reader`] on the broker reached through `bootstrap`.
+pub fn reader_at(bootstrap: &str, topic: &str, partitions: i32) -> StreamConsumer {
     // librdkafka needs a group.id to assign partitions; with `assign` it never joins the group.
-    let consumer: StreamConsumer = config()
+    let consumer: StreamConsumer = config_at(bootstrap)
         .set("group.id", unique("reader"))
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "100")
@@ -175,27 +189,47 @@ pub fn tansu_binary() -> std::path::PathBuf {
     String::from_utf8(output.stdout).unwrap().trim().into()
 }
 
+/// A port nothing listens on (bound and released; nothing else on this machine picks it at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A tansu broker of the test's own (in-memory storage), on a free port, as a child process.
 /// Killed on drop.
 pub struct Tansu {
     pub port: u16,
+    /// The port the broker tells clients to connect to: its own, or a proxy's in front of it.
+    pub advertised: u16,
     child: Option<std::process::Child>,
 }
 
 impl Tansu {
     pub async fn start() -> Tansu {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut tansu = Tansu { port, child: None };
+        let port = free_port();
+        Tansu::start_on(port, port).await
+    }
+
+    /// A broker listening on `port` that advertises `advertised` to clients, so that a TCP proxy
+    /// listening there carries every connection, the bootstrap one and those to the broker named
+    /// in the metadata (a Kafka client reconnects to the advertised address, not the one it
+    /// bootstrapped from).
+    pub async fn start_on(port: u16, advertised: u16) -> Tansu {
+        let mut tansu = Tansu {
+            port,
+            advertised,
+            child: None,
+        };
         tansu.restart().await;
         tansu
     }
 
+    /// The bootstrap address clients use: the advertised port.
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.advertised)
     }
 
     /// Starts the process (again, on the same port; its memory storage starts empty) and waits
@@ -203,13 +237,14 @@ impl Tansu {
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised);
         let child = std::process::Command::new(tansu_binary())
             .args([
                 "broker",
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised,
             ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdin(std::process::Stdio::null())
