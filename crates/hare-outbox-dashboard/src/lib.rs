@@ -1,0 +1,211 @@
+//! The hare-outbox dashboard (DESIGN §10, seed 000): the outbox read as the journal of the
+//! system, as an [`axum::Router`] you serve yourself or with [`Dashboard::serve`].
+//!
+//! What it serves:
+//!
+//! | path | what |
+//! |---|---|
+//! | `GET /` | the journal page: № (sequence), event (topic), object (`model #pk`), data, created, processed, who (the `author` header), status, attempts, last error; filters, keyset pagination, a live tail, dead-letter retry and clean-up, charts of backlog, delivery rate and latency |
+//! | `GET /charts.svg` | the page's charts as one SVG image (`window_seconds`, `buckets`) |
+//! | `GET /api/events` | the same rows as JSON, with the same filters, a cursor and a `next` page |
+//! | `GET /api/events/{id}` | one event |
+//! | `GET /api/timeline` | per-bucket counts and latency percentiles behind the charts |
+//! | `GET /api/backlog` | pending, oldest pending age, dead letters |
+//! | `POST /api/dead-letters/retry` | returns dead letters to the queue (token needed) |
+//! | `POST /api/dead-letters/cleanup` | deletes finished events older than a cut-off (token needed) |
+//! | `GET /api/openapi.json` | the OpenAPI 3.1 document of the JSON API |
+//! | `GET /metrics` | Prometheus text from the configured exporter handle |
+//! | `GET /healthz` | 200 when the database answers and the backlog thresholds hold, else 503 |
+//!
+//! Security (DESIGN §10):
+//! - [`Dashboard::bind`] and [`Dashboard::serve`] refuse an address other than loopback unless
+//!   [`DashboardOptions::with_allow_remote`] says otherwise.
+//! - Every mutating action is a `POST` that needs the configured token in an
+//!   `Authorization: Bearer …` header (compared in constant time). Without a configured token
+//!   they answer 403. A browser cannot add that header to a cross-site request without a CORS
+//!   preflight, which the dashboard never allows, so the actions are safe against CSRF; requests
+//!   whose `Origin` differs from their `Host`, or marked `Sec-Fetch-Site: cross-site`, are
+//!   refused as well.
+//! - Filters are bound as SQL parameters by the backends, never spliced into SQL.
+//! - Payloads, headers and errors are HTML-escaped by the templates: a payload holding
+//!   `<script>` shows as text. The page runs no inline script (`Content-Security-Policy:
+//!   script-src 'self'`), and cannot be framed (`frame-ancestors 'none'`).
+//!
+//! The live tail polls `GET /api/events?after=SEQ` with the page's filters every 2 s while its
+//! box is ticked, and prepends what arrived.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use hare_outbox_core::{Journal, OutboxTable};
+//! use hare_outbox_dashboard::{Dashboard, DashboardOptions};
+//! use hare_outbox_sqlite::SqliteBackend;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = hare_outbox_sqlite::connect("sqlite://app.db").await?;
+//! let journal = Journal::new(SqliteBackend::new(pool), OutboxTable::parse("hare_outbox")?);
+//! let dashboard = Dashboard::new(
+//!     journal,
+//!     DashboardOptions::new().with_token(Some(std::env::var("DASHBOARD_TOKEN")?))?,
+//! )?;
+//! // Or mount `dashboard.router()` into a router of your own.
+//! let listener = dashboard.bind("127.0.0.1:8080".parse()?).await?;
+//! dashboard
+//!     .serve(listener, async {
+//!         let _ = tokio::signal::ctrl_c().await;
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod charts;
+mod error;
+mod filters;
+mod options;
+mod page;
+mod security;
+mod view;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use hare_outbox_core::{Backend, Journal};
+use tokio::net::TcpListener;
+
+pub use error::{Error, Result};
+pub use options::{DashboardOptions, HealthThresholds};
+pub use view::{EventStatusView, EventView};
+
+/// The state every handler shares.
+pub(crate) struct Shared<B: Backend> {
+    pub(crate) journal: Journal<B>,
+    pub(crate) options: DashboardOptions,
+}
+
+pub(crate) type AppState<B> = Arc<Shared<B>>;
+
+/// The dashboard of one outbox table: build it with [`Dashboard::new`], then take its
+/// [`router`](Dashboard::router) or [`serve`](Dashboard::serve) it.
+///
+/// It only reads the journal, except for the two token-protected dead-letter actions; it never
+/// leases, so it does not disturb running relays.
+pub struct Dashboard<B: Backend> {
+    state: AppState<B>,
+}
+
+impl<B: Backend> Clone for Dashboard<B> {
+    fn clone(&self) -> Self {
+        Dashboard {
+            state: Arc::clone(&self.state),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Dashboard<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("table", self.state.journal.table())
+            .field("options", &self.state.options)
+            .finish()
+    }
+}
+
+impl<B: Backend> Dashboard<B> {
+    /// The dashboard of `journal` with `options`.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for checks that need the journal.
+    pub fn new(journal: Journal<B>, options: DashboardOptions) -> Result<Self> {
+        Ok(Dashboard {
+            state: Arc::new(Shared { journal, options }),
+        })
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &DashboardOptions {
+        &self.state.options
+    }
+
+    /// The routes of the module documentation, with the security headers on every response.
+    /// Mount it at the root of a server or `nest` it under a prefix of your own (the page links
+    /// its assets and API relative to where it is served).
+    pub fn router(&self) -> Router {
+        let mutating = Router::new()
+            .route("/api/dead-letters/retry", post(api::retry::<B>))
+            .route("/api/dead-letters/cleanup", post(api::cleanup::<B>))
+            .route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.state),
+                security::guard_mutation::<B>,
+            ));
+        Router::new()
+            .route("/", get(page::journal::<B>))
+            .route("/charts.svg", get(page::charts::<B>))
+            .route("/assets/dashboard.js", get(page::script))
+            .route("/assets/dashboard.css", get(page::stylesheet))
+            .route("/api/events", get(api::list::<B>))
+            .route("/api/events/{id}", get(api::get::<B>))
+            .route("/api/timeline", get(api::timeline::<B>))
+            .route("/api/backlog", get(api::backlog::<B>))
+            .route("/api/openapi.json", get(api::openapi))
+            .route("/metrics", get(api::metrics::<B>))
+            .route("/healthz", get(api::healthz::<B>))
+            .merge(mutating)
+            .fallback(api::not_found)
+            .layer(axum::middleware::map_response(security::headers))
+            .with_state(Arc::clone(&self.state))
+    }
+
+    /// Binds a TCP listener on `addr` (port 0 = any free port; read it back with
+    /// `local_addr`).
+    ///
+    /// # Errors
+    /// - [`Error::Remote`] when `addr` is not a loopback address (127.0.0.0/8, `::1`) and
+    ///   [`DashboardOptions::with_allow_remote`] was not set (DESIGN §10: 127.0.0.1 by default).
+    /// - [`Error::Io`] when the address cannot be bound (in use, no permission).
+    pub async fn bind(&self, addr: SocketAddr) -> Result<TcpListener> {
+        self.check_address(addr)?;
+        TcpListener::bind(addr).await.map_err(|source| Error::Io {
+            what: format!("binding the dashboard to {addr}"),
+            source,
+        })
+    }
+
+    /// Serves [`router`](Dashboard::router) on `listener` until `shutdown` completes, then
+    /// lets requests in flight finish.
+    ///
+    /// # Errors
+    /// - [`Error::Remote`] when the listener is bound to an address other than loopback and
+    ///   [`DashboardOptions::with_allow_remote`] was not set.
+    /// - [`Error::Io`] when the listener's address cannot be read or serving fails.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            what: "reading the dashboard listener's address".to_owned(),
+            source,
+        })?;
+        self.check_address(addr)?;
+        tracing::info!(%addr, table = %self.state.journal.table(), "dashboard listening");
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| Error::Io {
+                what: format!("serving the dashboard on {addr}"),
+                source,
+            })
+    }
+
+    fn check_address(&self, addr: SocketAddr) -> Result<()> {
+        if addr.ip().is_loopback() || self.state.options.allow_remote {
+            Ok(())
+        } else {
+            Err(Error::Remote { addr })
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The token and CSRF checks of mutating actions, and the security headers of every response.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hare_outbox_core::Backend;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::AppState;
+use crate::api::ApiError;
+
+/// The page may load scripts, styles and data only from itself; no inline script, no framing.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// Adds the security headers to every response.
+pub(crate) async fn headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Lets a mutating request through only when it is same-origin and carries the configured token.
+pub(crate) async fn guard_mutation<B: Backend>(
+    State(state): State<AppState<B>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match check(state.options.token.as_deref(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The checks, in order: the request comes from the dashboard's own origin, a token is
+/// configured, and the request carries it.
+pub(crate) fn check(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "origin",
+            "cross-site request refused (Sec-Fetch-Site: cross-site); act from the dashboard's \
+             own page or without a browser",
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+        let origin_host = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.split_once("://"))
+            .map(|(_, authority)| authority.trim_end_matches('/'));
+        let same = matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h));
+        if !same {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "origin",
+                format!(
+                    "request from origin {:?} refused: it is not this dashboard's origin (host \
+                     {:?}); act from the dashboard's own page",
+                    String::from_utf8_lossy(origin.as_bytes()),
+                    host.unwrap_or("")
+                ),
+            ));
+        }
+    }
+    let Some(token) = token else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "token",
+            "mutating actions are disabled because no dashboard token is configured; start the \
+             dashboard with a token (DashboardOptions::with_token; for the hare-outbox command \
+             the HARE_OUTBOX_DASHBOARD_TOKEN variable or [dashboard] token_file) and send it as \
+             `Authorization: Bearer <token>`",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let Some(given) = given else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "token",
+            "this action needs the dashboard token as `Authorization: Bearer <token>`",
+        ));
+    };
+    // Hashing first makes the comparison constant-time in the length too.
+    let equal: bool = Sha256::digest(given.as_bytes())
+        .ct_eq(&Sha256::digest(token.as_bytes()))
+        .into();
+    if equal {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "token",
+            "the dashboard token is wrong",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn checks_origin_then_token() {
+        let token = Some("0123456789abcdef");
+        let ok = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert!(check(token, &ok).is_ok());
+        assert_eq!(check(None, &ok).unwrap_err().status, StatusCode::FORBIDDEN);
+        let wrong = headers(&[("authorization", "Bearer 0123456789abcdeX")]);
+        assert_eq!(
+            check(token, &wrong).unwrap_err().status,
+            StatusCode::UNAUTHORIZED
+        );
+        let cross = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://evil.example"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert_eq!(check(token, &cross).unwrap_err().field, "origin");
+        let fetch = headers(&[
+            ("sec-fetch-site", "cross-site"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert_eq!(check(token, &fetch).unwrap_err().field, "origin");
+        let null = headers(&[("host", "127.0.0.1:8080"), ("origin", "null")]);
+        assert_eq!(check(token, &null).unwrap_err().field, "origin");
+    }
+}
