@@ -13,10 +13,12 @@ const EXIT_CODES: &str = "Exit codes:
   1  failure at run time (database unreachable, DDL refused, …)
   2  bad config file, option or environment variable; nothing was changed
   3  capture status: a configured capture is missing or drifted, or an installed one is not
-     in the config";
+     in the config
+  4  backlog: a threshold (--max-pending, --max-age, --max-dead) is passed";
 
 /// hare-outbox: a transactional outbox. Creates the outbox table, installs change-capture
-/// triggers, relays events to a webhook or standard output, and runs a self-contained demo.
+/// triggers, relays events to a webhook or standard output, shows the outbox as the journal of
+/// the system (events, backlog, dead letters, a dashboard), and runs a self-contained demo.
 #[derive(Debug, Parser)]
 #[command(
     name = "hare-outbox",
@@ -84,6 +86,198 @@ pub enum Command {
     /// (--database). It ends by itself, or on Ctrl-C, with one summary line: events written,
     /// delivered, failed delivery attempts and dead-lettered events.
     Demo(DemoArgs),
+    /// Print the journal: events as a table, or JSON lines with --json; --follow for new ones
+    ///
+    /// The page holds the newest events matching the filters (or those before --before), printed
+    /// oldest first. Filters combine with AND. --follow then prints events written later, as
+    /// they arrive, until SIGINT or SIGTERM (exit 0).
+    Events(EventsArgs),
+    /// Print the queue's state: pending events, the oldest one's age, dead letters
+    ///
+    /// Usable as a health check: exit code 4 when a threshold is passed (--max-pending,
+    /// --max-age, --max-dead, or the [backlog] section of the config file).
+    #[command(after_help = EXIT_CODES)]
+    Backlog(BacklogArgs),
+    /// Retry or delete dead-lettered events
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(DeadLettersCommand),
+    /// Delete published events older than --older-than, in short batches
+    Cleanup(CleanupArgs),
+    /// Serve the dashboard (the journal in a browser, its JSON API) and /healthz until SIGINT or
+    /// SIGTERM
+    ///
+    /// Prints `dashboard on http://ADDR/` once listening (--http 127.0.0.1:0 picks a free port).
+    /// The retry and clean-up buttons need a token from HARE_OUTBOX_DASHBOARD_TOKEN or [dashboard]
+    /// token_env / token_file; without one the dashboard is read-only. /metrics is served by
+    /// `relay --http`, where the relay's metrics are.
+    Serve(ServeArgs),
+}
+
+/// `dead-letters retry|cleanup`.
+#[derive(Debug, Subcommand)]
+pub enum DeadLettersCommand {
+    /// Return dead letters to the queue with their attempts reset
+    ///
+    /// Needs a filter (--topic, --id) or --all; retrying every dead letter by accident is
+    /// refused (exit 2). Prints how many were returned.
+    Retry(RetryArgs),
+    /// Delete dead letters that were dead-lettered more than --older-than ago
+    Cleanup(CleanupArgs),
+}
+
+/// A status of the journal, as `--status` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusArg {
+    /// Waiting for its first delivery.
+    Pending,
+    /// A relay holds a live lease on it.
+    Leased,
+    /// Failed at least once, waiting for its next attempt.
+    Retrying,
+    /// Out of attempts (a dead letter).
+    Dead,
+    /// Delivered.
+    Published,
+}
+
+impl From<StatusArg> for hare_outbox::EventStatus {
+    fn from(status: StatusArg) -> Self {
+        match status {
+            StatusArg::Pending => hare_outbox::EventStatus::Pending,
+            StatusArg::Leased => hare_outbox::EventStatus::Leased,
+            StatusArg::Retrying => hare_outbox::EventStatus::Retrying,
+            StatusArg::Dead => hare_outbox::EventStatus::Dead,
+            StatusArg::Published => hare_outbox::EventStatus::Published,
+        }
+    }
+}
+
+/// Options of `events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only this topic: an exact name or a `prefix*` pattern; repeat for several
+    #[arg(long = "topic", value_name = "TOPIC")]
+    pub topics: Vec<String>,
+
+    /// Only events in this status; repeat for several
+    #[arg(long = "status", value_name = "STATUS", value_enum)]
+    pub statuses: Vec<StatusArg>,
+
+    /// Only events about this captured object: `model` or `model #pk` (e.g. `sales_orders #22`)
+    #[arg(long, value_name = "OBJECT")]
+    pub object: Option<String>,
+
+    /// Only events whose `author` header is exactly this
+    #[arg(long, value_name = "AUTHOR")]
+    pub author: Option<String>,
+
+    /// Only events created at or after this time: RFC 3339 (2026-11-30T10:00:00Z) or an age
+    /// (15m, 2h, 7d)
+    #[arg(long, value_name = "TIME", value_parser = crate::journal::parse_time)]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+
+    /// Only events created before this time: RFC 3339 or an age (15m, 2h, 7d)
+    #[arg(long, value_name = "TIME", value_parser = crate::journal::parse_time)]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+
+    /// Events on the page, 1 to 1000
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+
+    /// Only events with a sequence (№) below SEQ: the page before it
+    #[arg(long, value_name = "SEQ", conflicts_with = "follow", value_parser = clap::value_parser!(i64).range(1..))]
+    pub before: Option<i64>,
+
+    /// Keep printing new events as they are written, until SIGINT or SIGTERM
+    #[arg(long, conflicts_with = "until")]
+    pub follow: bool,
+
+    /// How often --follow looks for new events: seconds (0.5) or a duration (2s, 1m)
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::journal::parse_interval)]
+    pub interval: std::time::Duration,
+
+    /// Print JSON lines (one event per line, with status, object and author) instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `backlog`.
+#[derive(Debug, Args)]
+pub struct BacklogArgs {
+    /// Only this topic: an exact name or a `prefix*` pattern; repeat for several
+    #[arg(long = "topic", value_name = "TOPIC")]
+    pub topics: Vec<String>,
+
+    /// Exit 4 when more than N events are pending [config: [backlog] max_pending]
+    #[arg(long, value_name = "N", env = "HARE_OUTBOX_BACKLOG_MAX_PENDING")]
+    pub max_pending: Option<u64>,
+
+    /// Exit 4 when the oldest pending event is older than this: seconds (300) or a duration
+    /// (15m) [config: [backlog] max_age_seconds]
+    #[arg(long, value_name = "DURATION", env = "HARE_OUTBOX_BACKLOG_MAX_AGE", value_parser = crate::journal::parse_age)]
+    pub max_age: Option<std::time::Duration>,
+
+    /// Exit 4 when more than N events are dead-lettered [config: [backlog] max_dead]
+    #[arg(long, value_name = "N", env = "HARE_OUTBOX_BACKLOG_MAX_DEAD")]
+    pub max_dead: Option<u64>,
+
+    /// Print one JSON object instead of a line of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `dead-letters retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// Only dead letters of this topic: an exact name or a `prefix*` pattern; repeat for several
+    #[arg(long = "topic", value_name = "TOPIC")]
+    pub topics: Vec<String>,
+
+    /// Only the dead letter with this id (a UUID); repeat for several
+    #[arg(long = "id", value_name = "UUID")]
+    pub ids: Vec<uuid::Uuid>,
+
+    /// Retry every dead letter (needed when neither --topic nor --id is given)
+    #[arg(long, conflicts_with_all = ["topics", "ids"])]
+    pub all: bool,
+}
+
+/// Options of `cleanup` and `dead-letters cleanup`.
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// Delete events finished more than this long ago: a duration (7d, 12h, 30m) or seconds
+    /// [config: [cleanup] published_older_than_seconds / dead_lettered_older_than_seconds]
+    #[arg(long, value_name = "DURATION", value_parser = crate::journal::parse_age)]
+    pub older_than: Option<std::time::Duration>,
+
+    /// Only events of this topic: an exact name or a `prefix*` pattern; repeat for several
+    #[arg(long = "topic", value_name = "TOPIC")]
+    pub topics: Vec<String>,
+
+    /// Rows deleted per statement, 1 to 100000 [default: [relay] cleanup_batch_size, 1000]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: Option<u32>,
+}
+
+/// Options of the HTTP server of `serve` and `relay --http`.
+#[derive(Debug, Args, Clone)]
+pub struct HttpArgs {
+    /// Let the address be other than loopback (127.0.0.1, ::1): the dashboard is then reachable
+    /// from other machines
+    #[arg(long)]
+    pub allow_remote: bool,
+}
+
+/// Options of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [config: [dashboard] address; default 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+
+    /// HTTP options.
+    #[command(flatten)]
+    pub server: HttpArgs,
 }
 
 /// `capture install|uninstall|status`.
@@ -131,6 +325,14 @@ pub struct RelayArgs {
     /// Create the outbox table first if it is missing
     #[arg(long)]
     pub migrate: bool,
+
+    /// Also serve the dashboard, /metrics and /healthz on this address (e.g. 127.0.0.1:8080)
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+
+    /// HTTP options.
+    #[command(flatten)]
+    pub server: HttpArgs,
 }
 
 /// Options of `demo`.

@@ -119,10 +119,16 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 
 async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Result<()> {
     let outbox = Outbox::new(backend, settings.table.clone());
-    outbox
+    let step = crate::journal::step(&format!(
+        "creating the outbox table {} and its indexes (if missing)",
+        settings.table
+    ));
+    let migrated = outbox
         .migrate()
         .await
-        .with_context(|| format!("creating the outbox table {} failed", settings.table))?;
+        .with_context(|| format!("creating the outbox table {} failed", settings.table));
+    step.finish_and_clear();
+    migrated?;
     tracing::info!(
         backend = outbox.backend().name(),
         table = %settings.table,
@@ -146,10 +152,14 @@ pub async fn relay(
     // Validate before connecting, so a config mistake is reported as one.
     settings.relay.validate()?;
     settings.wakeup.check_backend(database.kind)?;
+    let broker_wakeup = settings.wakeup.build_broker()?;
     let db = Db::connect(database).await?;
     match db {
         Db::Postgres(backend) => {
             let mut outbox = Outbox::new(backend.clone(), settings.table.clone());
+            if let Some(wakeup) = broker_wakeup {
+                outbox = outbox.with_shared_wakeup(wakeup)?;
+            }
             if let WakeupSettings::ListenNotify { channel, mode } = &settings.wakeup {
                 let mode = match mode {
                     WakeupMode::AfterCommit => NotifyMode::AfterCommit {
@@ -166,7 +176,10 @@ pub async fn relay(
             relay_on(outbox, settings, delivery, create_table, shutdown).await
         }
         Db::Sqlite(backend) => {
-            let outbox = Outbox::new(backend, settings.table.clone());
+            let mut outbox = Outbox::new(backend, settings.table.clone());
+            if let Some(wakeup) = broker_wakeup {
+                outbox = outbox.with_shared_wakeup(wakeup)?;
+            }
             relay_on(outbox, settings, delivery, create_table, shutdown).await
         }
     }

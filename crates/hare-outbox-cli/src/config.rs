@@ -2,24 +2,23 @@
 //!
 //! Precedence, highest first: command-line flag, environment variable, config file, default.
 //! Secrets are never read from the file itself: only from an environment variable
-//! (`secret_env`) or a file of their own (`secret_file`).
+//! (`secret_env`, `url_env`, `password_env`, `properties_env`) or a file of their own
+//! (`secret_file`, `url_file`, `password_file`). Deliveries, routes and wake-ups are resolved in
+//! [`crate::delivery`] and [`crate::wakeup`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hare_outbox::{ChangeCapture, Delivery, JsonLinesDelivery, OutboxTable, RelayConfig};
+use hare_outbox::{ChangeCapture, OutboxTable, RelayConfig};
 use serde::Deserialize;
 
 use crate::cli::DEFAULT_CONFIG_FILE;
 use crate::error::{redact_url, usage};
 
-/// Overrides the webhook URL of the config file.
-pub const ENV_WEBHOOK_URL: &str = "HARE_OUTBOX_WEBHOOK_URL";
-/// The environment variable read for the webhook secret when `secret_env` is not set.
-pub const ENV_WEBHOOK_SECRET: &str = "HARE_OUTBOX_WEBHOOK_SECRET";
+pub use crate::delivery::{DeliveryConfig, DeliverySection, DeliverySettings, RouteSection};
+pub use crate::wakeup::{WakeupMode, WakeupSection, WakeupSettings};
 
 /// The config file as written: every key optional, unknown keys refused.
 #[derive(Debug, Default, Deserialize)]
@@ -32,8 +31,17 @@ pub struct FileConfig {
     /// Relay options.
     #[serde(default)]
     pub relay: RelaySection,
-    /// Where events go.
+    /// The default delivery when `[[route]]`s are used: the name of a `[deliveries.NAME]`
+    /// section (instead of a `[delivery]` section).
+    pub default_delivery: Option<String>,
+    /// Where events go; with `[[route]]`s, the default delivery.
     pub delivery: Option<DeliverySection>,
+    /// `[deliveries.NAME]`: named deliveries the `[[route]]`s send to.
+    #[serde(default)]
+    pub deliveries: BTreeMap<String, DeliverySection>,
+    /// `[[route]]`: topic (exact or glob) → delivery name, first match in file order.
+    #[serde(default)]
+    pub route: Vec<RouteSection>,
     /// How relays are woken before the poll interval ends.
     pub wakeup: Option<WakeupSection>,
     /// Options every `[[capture]]` entry starts from (each entry replaces what it sets).
@@ -41,81 +49,12 @@ pub struct FileConfig {
     /// `[[capture]]`: one change capture per captured table, in the form of [`ChangeCapture`].
     #[serde(default)]
     pub capture: Vec<toml::Table>,
-}
-
-/// `[wakeup]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WakeupSection {
-    /// `none` or `listen_notify`.
-    pub kind: Option<WakeupKind>,
-    /// listen_notify: the channel. Default `hare_outbox`.
-    pub channel: Option<String>,
-    /// listen_notify: when writers NOTIFY. Default `after_commit`.
-    pub mode: Option<WakeupMode>,
-}
-
-/// The kinds of wake-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WakeupKind {
-    /// No wake-up: relays poll.
-    None,
-    /// PostgreSQL LISTEN/NOTIFY.
-    ListenNotify,
-}
-
-/// When a writer using the config sends its NOTIFY.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WakeupMode {
-    /// After commit, from a background task (only writes through an outbox transaction signal).
-    AfterCommit,
-    /// Inside the writing transaction: every enqueue signals, at a cost to concurrent writers.
-    InTransaction,
-}
-
-/// The wake-up, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WakeupSettings {
-    /// Relays poll only.
-    None,
-    /// PostgreSQL LISTEN/NOTIFY on `channel`.
-    ListenNotify {
-        /// The channel.
-        channel: String,
-        /// When writers NOTIFY.
-        mode: WakeupMode,
-    },
-}
-
-impl WakeupSettings {
-    /// Refuses a wake-up the backend of `kind` cannot carry.
-    ///
-    /// # Errors
-    /// A usage error naming the wake-up kind and the backend.
-    pub fn check_backend(&self, kind: DbKind) -> anyhow::Result<()> {
-        match (self, kind) {
-            (WakeupSettings::ListenNotify { .. }, DbKind::Sqlite) => Err(usage(
-                "[wakeup] kind = \"listen_notify\" needs PostgreSQL LISTEN/NOTIFY, but the database URL selects the sqlite backend; use kind = \"none\" (the relay polls) or a postgres:// URL",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// A short description for the start-up log.
-    pub fn describe(&self) -> String {
-        match self {
-            WakeupSettings::None => "none (polling only)".to_owned(),
-            WakeupSettings::ListenNotify { channel, mode } => format!(
-                "listen_notify on channel {channel:?} ({})",
-                match mode {
-                    WakeupMode::AfterCommit => "after_commit",
-                    WakeupMode::InTransaction => "in_transaction",
-                }
-            ),
-        }
-    }
+    /// `[backlog]`: thresholds of `backlog` and `/healthz`.
+    pub backlog: Option<crate::journal::BacklogSection>,
+    /// `[cleanup]`: default ages of `cleanup` and `dead-letters cleanup`.
+    pub cleanup: Option<crate::journal::CleanupSection>,
+    /// `[dashboard]`: address and token source of `serve` and `relay --http`.
+    pub dashboard: Option<crate::serve::DashboardSection>,
 }
 
 /// `[relay]`: every option of [`RelayConfig`], durations in seconds (fractions allowed).
@@ -148,38 +87,6 @@ pub struct RelaySection {
     pub cleanup_batch_size: Option<i64>,
     /// How often the backlog gauges are refreshed; 0 turns the refresh off.
     pub backlog_interval_seconds: Option<f64>,
-}
-
-/// `[delivery]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeliverySection {
-    /// `stdout` or `webhook`.
-    pub kind: Option<DeliveryKind>,
-    /// Webhook: the URL events are POSTed to.
-    pub url: Option<String>,
-    /// Webhook: timeout of one request.
-    pub timeout_seconds: Option<f64>,
-    /// Webhook: extra headers sent with every request.
-    pub headers: Option<BTreeMap<String, String>>,
-    /// Webhook: the header carrying the HMAC-SHA256 signature.
-    pub signature_header: Option<String>,
-    /// Webhook: the environment variable holding the signing secret.
-    pub secret_env: Option<String>,
-    /// Webhook: a file holding the signing secret (relative to the config file).
-    pub secret_file: Option<PathBuf>,
-    /// Refused with an explanation: secrets do not belong in the config file.
-    pub secret: Option<toml::Value>,
-}
-
-/// The kinds of delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryKind {
-    /// JSON lines on standard output.
-    Stdout,
-    /// HTTP POST to a URL.
-    Webhook,
 }
 
 /// Which backend a database URL selects.
@@ -220,45 +127,6 @@ pub struct Database {
     pub kind: DbKind,
 }
 
-/// Where the relay delivers, resolved.
-#[derive(Debug, Clone)]
-pub enum DeliverySettings {
-    /// JSON lines on standard output.
-    Stdout,
-    /// HTTP POST to a URL.
-    Webhook(WebhookSettings),
-}
-
-/// A webhook delivery, resolved.
-#[derive(Clone)]
-pub struct WebhookSettings {
-    /// The URL.
-    pub url: String,
-    /// Timeout of one request.
-    pub timeout: Option<Duration>,
-    /// Extra headers.
-    pub headers: Vec<(String, String)>,
-    /// The signature header name.
-    pub signature_header: Option<String>,
-    /// The signing secret, if any.
-    pub secret: Option<Vec<u8>>,
-    /// Where the secret came from, for the start-up log.
-    pub secret_source: Option<String>,
-}
-
-impl std::fmt::Debug for WebhookSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookSettings")
-            .field("url", &self.url)
-            .field("timeout", &self.timeout)
-            .field("headers", &self.headers)
-            .field("signature_header", &self.signature_header)
-            .field("secret", &self.secret.as_ref().map(|_| "***"))
-            .field("secret_source", &self.secret_source)
-            .finish()
-    }
-}
-
 /// Everything the commands need, resolved from flags, environment, config file and defaults.
 #[derive(Debug)]
 pub struct Settings {
@@ -279,6 +147,12 @@ pub struct Settings {
     pub captures: Vec<ChangeCapture>,
     /// Things worth a warning once logging is up.
     pub warnings: Vec<String>,
+    /// `[backlog]` thresholds.
+    pub backlog: crate::journal::BacklogThresholds,
+    /// `[cleanup]` ages.
+    pub cleanup: crate::journal::CleanupAges,
+    /// `[dashboard]`.
+    pub dashboard: crate::serve::DashboardSettings,
 }
 
 /// Values from flags and their environment variables (clap reads both).
@@ -375,11 +249,27 @@ pub fn resolve(
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let delivery = delivery_settings(file.delivery, &base_dir, env, &mut warnings)
-        .with_context(|| format!("[delivery]{in_file}"))?;
-    let wakeup =
-        wakeup_settings(file.wakeup.as_ref()).with_context(|| format!("[wakeup]{in_file}"))?;
+    let delivery = crate::delivery::resolve(
+        DeliveryConfig {
+            delivery: file.delivery,
+            deliveries: file.deliveries,
+            routes: file.route,
+            default_delivery: file.default_delivery,
+        },
+        &base_dir,
+        env,
+        &mut warnings,
+    )
+    .with_context(|| format!("delivery config{in_file}"))?;
+    let wakeup = crate::wakeup::resolve(file.wakeup.as_ref(), &base_dir, env, &mut warnings)
+        .with_context(|| format!("[wakeup]{in_file}"))?;
     let captures = captures(file.capture_defaults.as_ref(), file.capture, &in_file)?;
+    let backlog = crate::journal::backlog_thresholds(file.backlog.as_ref())
+        .with_context(|| format!("[backlog]{in_file}"))?;
+    let cleanup = crate::journal::cleanup_ages(file.cleanup.as_ref())
+        .with_context(|| format!("[cleanup]{in_file}"))?;
+    let dashboard = crate::serve::dashboard_settings(file.dashboard.as_ref(), &base_dir, env)
+        .with_context(|| format!("[dashboard]{in_file}"))?;
 
     Ok(Settings {
         config_file: path,
@@ -390,49 +280,10 @@ pub fn resolve(
         wakeup,
         captures,
         warnings,
+        backlog,
+        cleanup,
+        dashboard,
     })
-}
-
-/// The LISTEN/NOTIFY channel when none is configured.
-pub const DEFAULT_WAKEUP_CHANNEL: &str = "hare_outbox";
-
-fn wakeup_settings(section: Option<&WakeupSection>) -> anyhow::Result<WakeupSettings> {
-    let Some(section) = section else {
-        return Ok(WakeupSettings::None);
-    };
-    let kind = section.kind.ok_or_else(|| {
-        usage("kind is missing; allowed: kind = \"none\" or kind = \"listen_notify\"")
-    })?;
-    match kind {
-        WakeupKind::None => {
-            for (key, set) in [
-                ("channel", section.channel.is_some()),
-                ("mode", section.mode.is_some()),
-            ] {
-                if set {
-                    return Err(usage(format!(
-                        "{key} applies to kind = \"listen_notify\" only; this wake-up is kind = \"none\""
-                    )));
-                }
-            }
-            Ok(WakeupSettings::None)
-        }
-        WakeupKind::ListenNotify => {
-            let channel = section
-                .channel
-                .clone()
-                .unwrap_or_else(|| DEFAULT_WAKEUP_CHANNEL.to_owned());
-            if channel.is_empty() || channel.len() > 63 || channel.contains('\0') {
-                return Err(usage(format!(
-                    "channel = {channel:?} is not allowed; use a PostgreSQL channel name of 1 to 63 bytes"
-                )));
-            }
-            Ok(WakeupSettings::ListenNotify {
-                channel,
-                mode: section.mode.unwrap_or(WakeupMode::AfterCommit),
-            })
-        }
-    }
 }
 
 /// Deserializes each `[[capture]]` entry into a [`ChangeCapture`], starting from
@@ -494,11 +345,13 @@ fn captures(
     Ok(out)
 }
 
-fn non_empty(value: Option<String>) -> Option<String> {
+/// `value` unless it is missing or blank.
+pub(crate) fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.trim().is_empty())
 }
 
-fn seconds(key: &str, value: f64, zero_ok: bool) -> anyhow::Result<Duration> {
+/// `value` seconds as a duration, or a usage error naming `key` and what is allowed.
+pub(crate) fn seconds(key: &str, value: f64, zero_ok: bool) -> anyhow::Result<Duration> {
     let bad = !value.is_finite() || value < 0.0 || (!zero_ok && value == 0.0);
     let result = if bad {
         None
@@ -568,181 +421,10 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
     Ok(config)
 }
 
-fn delivery_settings(
-    section: Option<DeliverySection>,
-    base_dir: &Path,
-    env: &dyn Fn(&str) -> Option<String>,
-    warnings: &mut Vec<String>,
-) -> anyhow::Result<DeliverySettings> {
-    let url_from_env = non_empty(env(ENV_WEBHOOK_URL));
-    let section_given = section.is_some();
-    let section = section.unwrap_or_default();
-    if section.secret.is_some() {
-        return Err(usage(format!(
-            "secret is not read from the config file; put the secret in the environment variable named by secret_env (default {ENV_WEBHOOK_SECRET}) or in a file named by secret_file"
-        )));
-    }
-    let kind = match section.kind {
-        Some(kind) => kind,
-        None if section_given => {
-            return Err(usage(
-                "kind is missing; allowed: kind = \"stdout\" or kind = \"webhook\"",
-            ));
-        }
-        None if url_from_env.is_some() => DeliveryKind::Webhook,
-        None => DeliveryKind::Stdout,
-    };
-    if kind == DeliveryKind::Stdout {
-        let webhook_keys = [
-            ("url", section.url.is_some()),
-            ("timeout_seconds", section.timeout_seconds.is_some()),
-            ("headers", section.headers.is_some()),
-            ("signature_header", section.signature_header.is_some()),
-            ("secret_env", section.secret_env.is_some()),
-            ("secret_file", section.secret_file.is_some()),
-        ];
-        if let Some((key, _)) = webhook_keys.iter().find(|(_, set)| *set) {
-            return Err(usage(format!(
-                "{key} applies to kind = \"webhook\" only; this delivery is kind = \"stdout\""
-            )));
-        }
-        if url_from_env.is_some() {
-            warnings.push(format!(
-                "{ENV_WEBHOOK_URL} is ignored: the config file chooses kind = \"stdout\""
-            ));
-        }
-        return Ok(DeliverySettings::Stdout);
-    }
-
-    let url = url_from_env.or(non_empty(section.url)).ok_or_else(|| {
-        usage(format!(
-            "kind = \"webhook\" needs url (or the environment variable {ENV_WEBHOOK_URL})"
-        ))
-    })?;
-    let timeout = section
-        .timeout_seconds
-        .map(|v| seconds("timeout_seconds", v, false))
-        .transpose()?;
-    let (secret, secret_source) = match (section.secret_env, section.secret_file) {
-        (Some(_), Some(_)) => {
-            return Err(usage(
-                "secret_env and secret_file are both set; choose one source for the secret",
-            ));
-        }
-        (None, Some(file)) => {
-            let file = if file.is_relative() {
-                base_dir.join(file)
-            } else {
-                file
-            };
-            let bytes = std::fs::read(&file).map_err(|e| {
-                usage(format!(
-                    "secret_file {}: cannot read it: {e}",
-                    file.display()
-                ))
-            })?;
-            let secret = trim_line_end(bytes);
-            if secret.is_empty() {
-                return Err(usage(format!("secret_file {} is empty", file.display())));
-            }
-            (Some(secret), Some(format!("file {}", file.display())))
-        }
-        (Some(name), None) => match non_empty(env(&name)) {
-            Some(value) => (Some(value.into_bytes()), Some(format!("${name}"))),
-            None => {
-                return Err(usage(format!(
-                    "secret_env = {name:?} names an environment variable that is not set or empty"
-                )));
-            }
-        },
-        (None, None) => match non_empty(env(ENV_WEBHOOK_SECRET)) {
-            Some(value) => (
-                Some(value.into_bytes()),
-                Some(format!("${ENV_WEBHOOK_SECRET}")),
-            ),
-            None => {
-                warnings.push(format!(
-                    "webhook requests are not signed: set {ENV_WEBHOOK_SECRET}, secret_env or secret_file"
-                ));
-                (None, None)
-            }
-        },
-    };
-    let settings = WebhookSettings {
-        url,
-        timeout,
-        headers: section.headers.unwrap_or_default().into_iter().collect(),
-        signature_header: section.signature_header,
-        secret,
-        secret_source,
-    };
-    // Build it once now so a bad URL or header is a config error, before any connection.
-    build_webhook(&settings)?;
-    Ok(DeliverySettings::Webhook(settings))
-}
-
-fn trim_line_end(mut bytes: Vec<u8>) -> Vec<u8> {
-    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        bytes.pop();
-    }
-    bytes
-}
-
-fn build_webhook(
-    settings: &WebhookSettings,
-) -> anyhow::Result<hare_outbox::webhook::WebhookDelivery> {
-    let mut delivery = hare_outbox::webhook::WebhookDelivery::new(settings.url.clone())
-        .with_context(|| format!("url {:?}", settings.url))?;
-    if let Some(timeout) = settings.timeout {
-        delivery = delivery.with_timeout(timeout);
-    }
-    for (name, value) in &settings.headers {
-        delivery = delivery
-            .with_header(name, value)
-            .with_context(|| format!("headers.{name:?}"))?;
-    }
-    if let Some(name) = &settings.signature_header {
-        delivery = delivery
-            .with_signature_header(name)
-            .with_context(|| format!("signature_header {name:?}"))?;
-    }
-    if let Some(secret) = &settings.secret {
-        delivery = delivery.with_secret(secret.clone());
-    }
-    Ok(delivery)
-}
-
-impl DeliverySettings {
-    /// Builds the delivery.
-    ///
-    /// # Errors
-    /// A configuration error when the webhook URL or a header is refused.
-    pub fn build(&self) -> anyhow::Result<Arc<dyn Delivery>> {
-        Ok(match self {
-            DeliverySettings::Stdout => Arc::new(JsonLinesDelivery::stdout()),
-            DeliverySettings::Webhook(settings) => Arc::new(build_webhook(settings)?),
-        })
-    }
-
-    /// A short description for the start-up log.
-    pub fn describe(&self) -> String {
-        match self {
-            DeliverySettings::Stdout => "stdout (JSON lines)".to_owned(),
-            DeliverySettings::Webhook(w) => format!(
-                "webhook {} ({})",
-                redact_url(&w.url),
-                w.secret_source.as_deref().map_or_else(
-                    || "unsigned".to_owned(),
-                    |s| format!("signed, secret from {s}")
-                )
-            ),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delivery::{ENV_WEBHOOK_SECRET, ENV_WEBHOOK_URL};
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -825,8 +507,13 @@ mod tests {
         let e = format!("{:#}", s.wakeup.check_backend(DbKind::Sqlite).unwrap_err());
         assert!(e.contains("listen_notify") && e.contains("sqlite"), "{e}");
 
-        let e = parse("[wakeup]\nkind = \"redis\"").unwrap_err().to_string();
-        assert!(e.contains("none") && e.contains("listen_notify"), "{e}");
+        let e = parse("[wakeup]\nkind = \"pigeon\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("none") && e.contains("listen_notify") && e.contains("redis"),
+            "{e}"
+        );
         let e = parse("[wakeup]\nkind = \"listen_notify\"\nmode = \"later\"")
             .unwrap_err()
             .to_string();
@@ -990,11 +677,11 @@ mod tests {
             e.contains("poll_interval") && e.contains("poll_interval_seconds"),
             "{e}"
         );
-        let e = parse("[delivery]\nkind = \"kafka\"")
+        let e = parse("[delivery]\nkind = \"pigeon\"")
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("kafka") && e.contains("stdout") && e.contains("webhook"),
+            e.contains("pigeon") && e.contains("stdout") && e.contains("kafka"),
             "{e}"
         );
         let e = parse("databse_url = \"x\"").unwrap_err().to_string();

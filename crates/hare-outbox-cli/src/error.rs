@@ -1,5 +1,6 @@
 //! Exit codes: 0 for a clean stop, 2 for a bad config or usage, 1 for a failure at run time, 3
-//! when `capture status` finds a capture missing or drifted.
+//! when `capture status` finds a capture missing or drifted, 4 when `backlog` finds a threshold
+//! passed.
 
 use std::fmt;
 
@@ -32,6 +33,18 @@ impl fmt::Display for DriftFound {
 
 impl std::error::Error for DriftFound {}
 
+/// `backlog` found a threshold passed: exit code 4.
+#[derive(Debug)]
+pub struct ThresholdPassed(pub String);
+
+impl fmt::Display for ThresholdPassed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ThresholdPassed {}
+
 /// Exit code of a clean stop.
 pub const EXIT_OK: u8 = 0;
 /// Exit code of a failure at run time (database unreachable, migration refused, …).
@@ -40,12 +53,17 @@ pub const EXIT_RUNTIME: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code of `capture status` when a capture is missing, drifted or not in the config.
 pub const EXIT_DRIFT: u8 = 3;
+/// Exit code of `backlog` when a threshold is passed.
+pub const EXIT_THRESHOLD: u8 = 4;
 
 /// The exit code for `error`: [`EXIT_USAGE`] when anything in its chain is a [`UsageError`] or a
-/// configuration or validation error of the library, [`EXIT_DRIFT`] for [`DriftFound`], else
-/// [`EXIT_RUNTIME`].
+/// configuration or validation error of the library, [`EXIT_DRIFT`] for [`DriftFound`],
+/// [`EXIT_THRESHOLD`] for [`ThresholdPassed`], else [`EXIT_RUNTIME`].
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
+        if cause.is::<ThresholdPassed>() {
+            return EXIT_THRESHOLD;
+        }
         if cause.is::<DriftFound>() {
             return EXIT_DRIFT;
         }
@@ -114,6 +132,8 @@ mod tests {
         assert_eq!(exit_code(&e), EXIT_RUNTIME);
         let e = anyhow::Error::new(DriftFound("1 capture differs".into()));
         assert_eq!(exit_code(&e.context("capture status")), EXIT_DRIFT);
+        let e = anyhow::Error::new(ThresholdPassed("12 pending > max_pending 10".into()));
+        assert_eq!(exit_code(&e.context("backlog")), EXIT_THRESHOLD);
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! The `hare-outbox` command: `migrate`, `schema`, `capture`, `relay` and `demo`.
+//! The `hare-outbox` command: `migrate`, `schema`, `capture`, `relay`, `events`, `backlog`,
+//! `dead-letters`, `cleanup`, `serve` and `demo`.
 //!
 //! Exit codes: 0 after a clean stop, 2 for a bad config file, option or environment variable, 1
-//! for a failure at run time, 3 when `capture status` finds a capture missing or drifted. Logs go
-//! to stderr; events delivered to stdout and command reports go to stdout.
+//! for a failure at run time, 3 when `capture status` finds a capture missing or drifted, 4 when
+//! `backlog` finds a threshold passed. Logs and progress bars go to stderr; events delivered to
+//! stdout and command reports go to stdout.
 
 use std::process::ExitCode;
 
@@ -15,10 +17,14 @@ mod commands;
 mod capture;
 mod cli;
 mod config;
+mod delivery;
 mod demo;
 mod error;
+mod journal;
+mod serve;
+mod wakeup;
 
-use cli::{CaptureCommand, Cli, Command};
+use cli::{CaptureCommand, Cli, Command, DeadLettersCommand};
 use error::{EXIT_OK, EXIT_USAGE, exit_code};
 
 fn main() -> ExitCode {
@@ -47,7 +53,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
             let code = exit_code(&e);
-            if code == error::EXIT_DRIFT {
+            if code == error::EXIT_DRIFT || code == error::EXIT_THRESHOLD {
                 // Not a failure of the command: its finding.
                 eprintln!("hare-outbox: {}", error::render(&e));
             } else {
@@ -91,7 +97,52 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Relay(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "finishing the batch in flight");
-            commands::relay(&settings, args.migrate, shutdown).await
+            let http = match &args.http {
+                Some(address) => Some(
+                    serve::start_for_relay(&settings, address, &args.server, shutdown.clone())
+                        .await?,
+                ),
+                None => None,
+            };
+            let result = commands::relay(&settings, args.migrate, shutdown.clone()).await;
+            // The relay has stopped (or failed): stop serving too.
+            shutdown.cancel();
+            if let Some(http) = http {
+                match http.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::error!("the HTTP server failed: {}", error::render(&e)),
+                    Err(e) => tracing::error!("the HTTP server task failed: {e}"),
+                }
+            }
+            result
+        }
+        Command::Events(args) => {
+            let shutdown = CancellationToken::new();
+            watch_signals(shutdown.clone(), "stopping");
+            journal::events(&settings, &args, shutdown).await
+        }
+        Command::Backlog(args) => journal::backlog(&settings, &args).await,
+        Command::DeadLetters(DeadLettersCommand::Retry(args)) => {
+            // One statement: a signal lets it finish and report rather than cut it off.
+            watch_signals(CancellationToken::new(), "finishing the retry statement");
+            journal::retry(&settings, &args).await
+        }
+        Command::DeadLetters(DeadLettersCommand::Cleanup(args)) => {
+            let shutdown = CancellationToken::new();
+            watch_signals(shutdown.clone(), "finishing the batch in flight");
+            let state = hare_outbox::backend::FinishedState::DeadLettered;
+            journal::cleanup(&settings, &args, state, shutdown).await
+        }
+        Command::Cleanup(args) => {
+            let shutdown = CancellationToken::new();
+            watch_signals(shutdown.clone(), "finishing the batch in flight");
+            let state = hare_outbox::backend::FinishedState::Published;
+            journal::cleanup(&settings, &args, state, shutdown).await
+        }
+        Command::Serve(args) => {
+            let shutdown = CancellationToken::new();
+            watch_signals(shutdown.clone(), "letting requests in flight finish");
+            serve::serve(&settings, &args, shutdown).await
         }
         Command::Demo(_) => unreachable!("handled above"),
     }

@@ -54,9 +54,14 @@ async fn batch_size_zero_names_the_option_and_its_range() {
 #[tokio::test]
 async fn unknown_delivery_kind_names_the_kinds() {
     let (code, stderr) =
-        relay_with("database_url = \"sqlite:x.db\"\n[delivery]\nkind = \"kafka\"\n").await;
+        relay_with("database_url = \"sqlite:x.db\"\n[delivery]\nkind = \"pigeon\"\n").await;
     assert_eq!(code, 2, "{stderr}");
-    assert_names(&stderr, &["kafka", "stdout", "webhook"]);
+    assert_names(
+        &stderr,
+        &[
+            "pigeon", "stdout", "webhook", "kafka", "rabbitmq", "redis", "nats", "mqtt",
+        ],
+    );
 }
 
 #[tokio::test]

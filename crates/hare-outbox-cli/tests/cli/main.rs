@@ -3,12 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod brokers;
 mod capture;
 mod config_errors;
+mod delivery_config;
 mod demo;
 mod docs;
+mod journal;
 mod kill_loop;
 mod relay_pg;
+mod serve;
 mod sqlite;
 mod support;
 mod wakeup;

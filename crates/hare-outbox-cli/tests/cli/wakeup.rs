@@ -1,5 +1,6 @@
 //! `[wakeup] kind = "listen_notify"`: a relay polling only every 30 s delivers an event within
-//! 2 s of its commit, woken by the NOTIFY the writing transaction sends.
+//! 2 s of its commit, woken by the NOTIFY the writing transaction sends — or, for raw SQL on a
+//! table whose `[[capture]]` sets `notify`, by the capture trigger's NOTIFY.
 
 use std::time::{Duration, Instant};
 
@@ -108,5 +109,75 @@ async fn listen_notify_in_transaction_wakes_the_relay_within_two_seconds() {
         "{}",
         relay.stderr()
     );
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_with_notify_wakes_the_relay_for_raw_sql() {
+    let schema = TestSchema::new(4).await;
+    let channel = format!("cap_{}", schema.name);
+    let outbox = Outbox::new(PgBackend::new(schema.pool.clone()), OutboxTable::default());
+    outbox.migrate().await.expect("migrate");
+    sqlx::raw_sql("CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL)")
+        .execute(&schema.pool)
+        .await
+        .expect("create table");
+    let dir = TempDir::new("capture-notify");
+    let config = dir.write(
+        "hare-outbox.toml",
+        &format!(
+            "[relay]\npoll_interval_seconds = 30\n\n[delivery]\nkind = \"stdout\"\n\n[wakeup]\nkind = \"listen_notify\"\nchannel = \"{channel}\"\n\n[[capture]]\ntable = \"items\"\nlabel = \"shop.item\"\nnotify = \"{channel}\"\n"
+        ),
+    );
+    let url = schema.url_with_search_path();
+    let (code, _, stderr) = crate::support::run(
+        hare_outbox(dir.path())
+            .args(["capture", "install", "--config"])
+            .arg(&config)
+            .env("HARE_OUTBOX_DATABASE_URL", &url),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let exec = |sql: &'static str| {
+        let pool = schema.pool.clone();
+        async move {
+            sqlx::raw_sql(sql).execute(&pool).await.expect(sql);
+        }
+    };
+    // Found by the first poll; after it the relay waits 30 s.
+    exec("INSERT INTO items VALUES (1, 0)").await;
+    let mut relay = Proc::spawn(
+        hare_outbox(dir.path())
+            .args(["relay", "--config"])
+            .arg(&config)
+            .env("HARE_OUTBOX_DATABASE_URL", &url),
+    );
+    relay
+        .wait_for_stdout("the first event", Duration::from_secs(30), |out| {
+            out.lines().count() >= 1
+        })
+        .await;
+    wait_for_listener(&schema, &channel).await;
+
+    // Raw SQL: only the trigger's NOTIFY can bring it in time.
+    exec("UPDATE items SET qty = 5 WHERE id = 1").await;
+    let committed = Instant::now();
+    relay
+        .wait_for_stdout("the captured update", Duration::from_secs(30), |out| {
+            out.lines().count() >= 2
+        })
+        .await;
+    let took = committed.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "delivered {took:?} after commit; the poll interval is 30 s"
+    );
+    let event: Value =
+        serde_json::from_str(relay.stdout().lines().nth(1).expect("line")).expect("JSON");
+    assert_eq!(event["topic"], "shop.item.updated", "{event}");
+    relay.signal("TERM");
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", relay.stderr());
     schema.drop_schema().await;
 }

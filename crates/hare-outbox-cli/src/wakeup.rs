@@ -1,0 +1,474 @@
+//! `[wakeup]`: how a relay learns of new events before its poll interval is up (DESIGN §8, §11;
+//! seed 001 § Будильники).
+//!
+//! Kinds: `none`, `listen_notify` (PostgreSQL only), `redis`, `nats`, `rabbitmq`, `kafka`. Writers
+//! that use the same kind and channel (subject, exchange, topic) wake the relay after their
+//! commit; a lost signal only waits for the next poll.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hare_outbox::Wakeup;
+use serde::Deserialize;
+
+use crate::config::{DbKind, non_empty};
+use crate::delivery::{SecretUrl, secret_url};
+use crate::error::usage;
+
+/// Overrides the URL of a broker wake-up (the bootstrap servers for `kafka`).
+pub const ENV_WAKEUP_URL: &str = "HARE_OUTBOX_WAKEUP_URL";
+
+/// The LISTEN/NOTIFY channel when none is configured.
+pub const DEFAULT_WAKEUP_CHANNEL: &str = "hare_outbox";
+
+/// `[wakeup]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakeupSection {
+    /// `none`, `listen_notify`, `redis`, `nats`, `rabbitmq` or `kafka`.
+    pub kind: Option<WakeupKind>,
+    /// listen_notify, redis: the channel. Default `hare_outbox`.
+    pub channel: Option<String>,
+    /// listen_notify: when writers NOTIFY. Default `after_commit`.
+    pub mode: Option<WakeupMode>,
+    /// redis, nats, rabbitmq: the broker URL written in the file (no password allowed).
+    pub url: Option<String>,
+    /// redis, nats, rabbitmq: the environment variable holding the URL.
+    pub url_env: Option<String>,
+    /// redis, nats, rabbitmq: a file holding the URL (relative to the config file).
+    pub url_file: Option<PathBuf>,
+    /// nats: the subject. Default `hare_outbox`.
+    pub subject: Option<String>,
+    /// rabbitmq: the fanout exchange. Default `hare_outbox`.
+    pub exchange: Option<String>,
+    /// kafka: `host:port[,host:port…]`.
+    pub bootstrap_servers: Option<String>,
+    /// kafka: the signal topic. Default `hare_outbox`.
+    pub topic: Option<String>,
+}
+
+/// The kinds of wake-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeupKind {
+    /// No wake-up: relays poll.
+    None,
+    /// PostgreSQL LISTEN/NOTIFY.
+    ListenNotify,
+    /// Redis pub/sub.
+    Redis,
+    /// A core NATS subject.
+    Nats,
+    /// A RabbitMQ fanout exchange.
+    Rabbitmq,
+    /// A Kafka signal topic.
+    Kafka,
+}
+
+impl WakeupKind {
+    fn name(self) -> &'static str {
+        match self {
+            WakeupKind::None => "none",
+            WakeupKind::ListenNotify => "listen_notify",
+            WakeupKind::Redis => "redis",
+            WakeupKind::Nats => "nats",
+            WakeupKind::Rabbitmq => "rabbitmq",
+            WakeupKind::Kafka => "kafka",
+        }
+    }
+
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            WakeupKind::None => &[],
+            WakeupKind::ListenNotify => &["channel", "mode"],
+            WakeupKind::Redis => &["url", "url_env", "url_file", "channel"],
+            WakeupKind::Nats => &["url", "url_env", "url_file", "subject"],
+            WakeupKind::Rabbitmq => &["url", "url_env", "url_file", "exchange"],
+            WakeupKind::Kafka => &["bootstrap_servers", "topic"],
+        }
+    }
+}
+
+/// When a writer using the config sends its NOTIFY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeupMode {
+    /// After commit, from a background task (only writes through an outbox transaction signal).
+    AfterCommit,
+    /// Inside the writing transaction: every enqueue signals, at a cost to concurrent writers.
+    InTransaction,
+}
+
+/// The wake-up, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeupSettings {
+    /// Relays poll only.
+    None,
+    /// PostgreSQL LISTEN/NOTIFY on `channel`.
+    ListenNotify {
+        /// The channel.
+        channel: String,
+        /// When writers NOTIFY.
+        mode: WakeupMode,
+    },
+    /// Redis pub/sub.
+    Redis {
+        /// `redis://…`.
+        url: SecretUrl,
+        /// The channel; `None` for the default.
+        channel: Option<String>,
+    },
+    /// A core NATS subject.
+    Nats {
+        /// `nats://…`.
+        url: SecretUrl,
+        /// The subject; `None` for the default.
+        subject: Option<String>,
+    },
+    /// A RabbitMQ fanout exchange.
+    RabbitMq {
+        /// `amqp://…`.
+        url: SecretUrl,
+        /// The exchange; `None` for the default.
+        exchange: Option<String>,
+    },
+    /// A Kafka signal topic.
+    Kafka {
+        /// `host:port[,host:port…]`.
+        bootstrap_servers: String,
+        /// The signal topic; `None` for the default.
+        topic: Option<String>,
+    },
+}
+
+impl WakeupSettings {
+    /// Refuses a wake-up the backend of `kind` cannot carry.
+    ///
+    /// # Errors
+    /// A usage error naming the wake-up kind and the backend.
+    pub fn check_backend(&self, kind: DbKind) -> anyhow::Result<()> {
+        match (self, kind) {
+            (WakeupSettings::ListenNotify { .. }, DbKind::Sqlite) => Err(usage(
+                "[wakeup] kind = \"listen_notify\" needs PostgreSQL LISTEN/NOTIFY, but the database URL selects the sqlite backend; use kind = \"none\" (the relay polls), a broker wake-up (redis, nats, rabbitmq, kafka) or a postgres:// URL",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Builds a broker wake-up; `None` for `none` and `listen_notify` (which needs the pool).
+    /// Nothing is connected until the relay subscribes.
+    ///
+    /// # Errors
+    /// A configuration error naming the value the wake-up refused.
+    pub fn build_broker(&self) -> anyhow::Result<Option<Arc<dyn Wakeup>>> {
+        Ok(match self {
+            WakeupSettings::None | WakeupSettings::ListenNotify { .. } => None,
+            WakeupSettings::Redis { url, channel } => {
+                let mut wakeup = hare_outbox::redis::RedisWakeup::new(&url.value)?;
+                if let Some(channel) = channel {
+                    wakeup = wakeup.with_channel(channel.clone())?;
+                }
+                Some(Arc::new(wakeup))
+            }
+            WakeupSettings::Nats { url, subject } => {
+                let mut wakeup = hare_outbox::nats::NatsWakeup::new(&url.value)?;
+                if let Some(subject) = subject {
+                    wakeup = wakeup.with_subject(subject.clone())?;
+                }
+                Some(Arc::new(wakeup))
+            }
+            WakeupSettings::RabbitMq { url, exchange } => {
+                let mut wakeup = hare_outbox::rabbitmq::RabbitMqWakeup::new(&url.value)?;
+                if let Some(exchange) = exchange {
+                    wakeup = wakeup.with_exchange(exchange.clone())?;
+                }
+                Some(Arc::new(wakeup))
+            }
+            WakeupSettings::Kafka {
+                bootstrap_servers,
+                topic,
+            } => {
+                let mut wakeup = hare_outbox::kafka::KafkaWakeup::new(bootstrap_servers)?;
+                if let Some(topic) = topic {
+                    wakeup = wakeup.with_topic(topic.clone())?;
+                }
+                Some(Arc::new(wakeup))
+            }
+        })
+    }
+
+    /// A short description for the start-up log, passwords hidden.
+    pub fn describe(&self) -> String {
+        let or_default = |v: &Option<String>| v.clone().unwrap_or_else(|| "hare_outbox".to_owned());
+        match self {
+            WakeupSettings::None => "none (polling only)".to_owned(),
+            WakeupSettings::ListenNotify { channel, mode } => format!(
+                "listen_notify on channel {channel:?} ({})",
+                match mode {
+                    WakeupMode::AfterCommit => "after_commit",
+                    WakeupMode::InTransaction => "in_transaction",
+                }
+            ),
+            WakeupSettings::Redis { url, channel } => format!(
+                "redis {} (from {}) channel {:?}",
+                url.shown(),
+                url.source,
+                or_default(channel)
+            ),
+            WakeupSettings::Nats { url, subject } => format!(
+                "nats {} (from {}) subject {:?}",
+                url.shown(),
+                url.source,
+                or_default(subject)
+            ),
+            WakeupSettings::RabbitMq { url, exchange } => format!(
+                "rabbitmq {} (from {}) exchange {:?}",
+                url.shown(),
+                url.source,
+                or_default(exchange)
+            ),
+            WakeupSettings::Kafka {
+                bootstrap_servers,
+                topic,
+            } => format!(
+                "kafka {bootstrap_servers} signal topic {:?}",
+                or_default(topic)
+            ),
+        }
+    }
+}
+
+/// Resolves `[wakeup]` with the environment.
+///
+/// # Errors
+/// A usage error naming the key and what is allowed.
+pub fn resolve(
+    section: Option<&WakeupSection>,
+    base_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<WakeupSettings> {
+    let url_override = non_empty(env(ENV_WAKEUP_URL));
+    let Some(section) = section else {
+        if url_override.is_some() {
+            warnings.push(format!(
+                "{ENV_WAKEUP_URL} is ignored: there is no [wakeup] section saying which kind"
+            ));
+        }
+        return Ok(WakeupSettings::None);
+    };
+    let kind = section.kind.ok_or_else(|| {
+        usage("kind is missing; allowed: kind = \"none\", \"listen_notify\", \"redis\", \"nats\", \"rabbitmq\" or \"kafka\"")
+    })?;
+    let set: Vec<&str> = [
+        ("channel", section.channel.is_some()),
+        ("mode", section.mode.is_some()),
+        ("url", section.url.is_some()),
+        ("url_env", section.url_env.is_some()),
+        ("url_file", section.url_file.is_some()),
+        ("subject", section.subject.is_some()),
+        ("exchange", section.exchange.is_some()),
+        ("bootstrap_servers", section.bootstrap_servers.is_some()),
+        ("topic", section.topic.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, s)| s.then_some(k))
+    .collect();
+    let allowed = kind.keys();
+    if let Some(key) = set.iter().find(|k| !allowed.contains(k)) {
+        let keys = if allowed.is_empty() {
+            "none besides kind".to_owned()
+        } else {
+            allowed.join(", ")
+        };
+        return Err(usage(format!(
+            "{key} does not apply to kind = \"{}\"; the keys of that kind: {keys}",
+            kind.name()
+        )));
+    }
+    if url_override.is_some() && matches!(kind, WakeupKind::None | WakeupKind::ListenNotify) {
+        warnings.push(format!(
+            "{ENV_WAKEUP_URL} is ignored: [wakeup] is kind = \"{}\"",
+            kind.name()
+        ));
+    }
+    let url = || -> anyhow::Result<SecretUrl> {
+        secret_url(
+            section.url.as_deref(),
+            section.url_env.as_deref(),
+            section.url_file.as_deref(),
+            url_override.clone().map(|u| (u, ENV_WAKEUP_URL)),
+            base_dir,
+            env,
+        )?
+        .ok_or_else(|| {
+            usage(format!(
+                "kind = \"{}\" needs url, url_env or url_file (or the environment variable {ENV_WAKEUP_URL})",
+                kind.name()
+            ))
+        })
+    };
+    let settings = match kind {
+        WakeupKind::None => WakeupSettings::None,
+        WakeupKind::ListenNotify => {
+            let channel = section
+                .channel
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WAKEUP_CHANNEL.to_owned());
+            if channel.is_empty() || channel.len() > 63 || channel.contains('\0') {
+                return Err(usage(format!(
+                    "channel = {channel:?} is not allowed; use a PostgreSQL channel name of 1 to 63 bytes"
+                )));
+            }
+            WakeupSettings::ListenNotify {
+                channel,
+                mode: section.mode.unwrap_or(WakeupMode::AfterCommit),
+            }
+        }
+        WakeupKind::Redis => WakeupSettings::Redis {
+            url: url()?,
+            channel: section.channel.clone(),
+        },
+        WakeupKind::Nats => WakeupSettings::Nats {
+            url: url()?,
+            subject: section.subject.clone(),
+        },
+        WakeupKind::Rabbitmq => WakeupSettings::RabbitMq {
+            url: url()?,
+            exchange: section.exchange.clone(),
+        },
+        WakeupKind::Kafka => {
+            let bootstrap_servers = url_override
+                .or_else(|| non_empty(section.bootstrap_servers.clone()))
+                .ok_or_else(|| {
+                    usage(format!(
+                        "kind = \"kafka\" needs bootstrap_servers, e.g. \"127.0.0.1:9092\" (or the environment variable {ENV_WAKEUP_URL})"
+                    ))
+                })?;
+            if let Some(topic) = &section.topic
+                && let Some(reason) = hare_outbox::kafka::invalid_topic_reason(topic)
+            {
+                return Err(usage(format!(
+                    "topic = {topic:?} is not a valid Kafka topic name: {reason}"
+                )));
+            }
+            WakeupSettings::Kafka {
+                bootstrap_servers,
+                topic: section.topic.clone(),
+            }
+        }
+    };
+    // The broker wake-ups only parse here (Kafka's client is made at relay start).
+    if !matches!(settings, WakeupSettings::Kafka { .. }) {
+        settings.build_broker()?;
+    }
+    Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_text(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<WakeupSettings> {
+        let section: WakeupSection = toml::from_str(text).map_err(|e| usage(e.to_string()))?;
+        resolve(Some(&section), Path::new(""), env, &mut Vec::new())
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn every_broker_kind_resolves_and_builds() {
+        let env =
+            |name: &str| (name == "AMQP").then(|| "amqp://guest:pw@127.0.0.1:5672/%2f".to_owned());
+        let cases = [
+            "kind = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\nchannel = \"c\"",
+            "kind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\nsubject = \"s\"",
+            "kind = \"rabbitmq\"\nurl_env = \"AMQP\"\nexchange = \"x\"",
+            "kind = \"kafka\"\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"signals\"",
+        ];
+        for text in cases {
+            let settings = resolve_text(text, &env).unwrap_or_else(|e| panic!("{text}: {e:#}"));
+            assert!(
+                !settings.describe().contains("pw"),
+                "{}",
+                settings.describe()
+            );
+            assert!(!format!("{settings:?}").contains("pw"));
+            assert!(settings.build_broker().unwrap().is_some(), "{text}");
+            assert!(settings.check_backend(DbKind::Sqlite).is_ok(), "{text}");
+        }
+        assert_eq!(
+            resolve_text("kind = \"none\"", &no_env).unwrap(),
+            WakeupSettings::None
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_key() {
+        let e = format!(
+            "{:#}",
+            resolve_text("kind = \"redis\"", &no_env).unwrap_err()
+        );
+        assert!(e.contains("url_env") && e.contains(ENV_WAKEUP_URL), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_text(
+                "kind = \"nats\"\nurl = \"nats://h:4222\"\nchannel = \"c\"",
+                &no_env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("channel") && e.contains("subject"), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_text(
+                "kind = \"kafka\"\nbootstrap_servers = \"h:9092\"\ntopic = \"a b\"",
+                &no_env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("a b"), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_text("kind = \"rabbitmq\"\nurl = \"amqp://u:pw@h/%2f\"", &no_env).unwrap_err()
+        );
+        assert!(e.contains("url_env") && !e.contains("pw@"), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_text(
+                "kind = \"rabbitmq\"\nurl = \"amqp://h/%2f\"\nexchange = \"amq.x\"",
+                &no_env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("amq."), "{e}");
+    }
+
+    #[test]
+    fn the_environment_overrides_the_broker() {
+        let env =
+            |name: &str| (name == ENV_WAKEUP_URL).then(|| "redis://127.0.0.1:6379/2".to_owned());
+        let s = resolve_text("kind = \"redis\"\nurl = \"redis://other:6379/0\"", &env).unwrap();
+        let WakeupSettings::Redis { url, .. } = s else {
+            panic!("{s:?}")
+        };
+        assert_eq!(url.value, "redis://127.0.0.1:6379/2");
+        let env = |name: &str| (name == ENV_WAKEUP_URL).then(|| "k1:9092".to_owned());
+        let s = resolve_text("kind = \"kafka\"", &env).unwrap();
+        assert_eq!(
+            s,
+            WakeupSettings::Kafka {
+                bootstrap_servers: "k1:9092".to_owned(),
+                topic: None
+            }
+        );
+        let mut warnings = Vec::new();
+        resolve(None, Path::new(""), &env, &mut warnings).unwrap();
+        assert!(warnings[0].contains(ENV_WAKEUP_URL), "{warnings:?}");
+    }
+}
