@@ -4,13 +4,15 @@
 //! - `alone`: the UPDATE only;
 //! - `by hand`: the UPDATE, then an INSERT of the same event into the outbox (the envelope built
 //!   in Rust from the UPDATE's RETURNING, as application code would);
-//! - `trigger`: the UPDATE with a capture trigger installed (CHANGES payload) writing the event.
+//! - `trigger`: the UPDATE with a capture trigger installed (CHANGES payload) writing the event;
+//! - `trigger + notify`: the same trigger declared with `notify`, so it also runs `pg_notify`
+//!   in the transaction (the cost of waking LISTEN/NOTIFY relays from captured writes).
 //!
-//! Each runs at 1 and 4 connections, in interleaved rounds, on distinct rows per connection (no
-//! lock waits). The goal: the trigger within 25% of the hand-written INSERT.
+//! Each runs at 1 and 4 connections (`--connections`), in interleaved rounds, on distinct rows per
+//! connection (no lock waits). The goal: the trigger within 25% of the hand-written INSERT.
 //!
 //! ```text
-//! cargo run -p hare-outbox-bench --bin capture -- --updates 4000 --rounds 3
+//! cargo run -p hare-outbox-bench --bin capture -- --updates 4000 --rounds 3 --connections 1,4,16
 //! ```
 
 use std::time::{Duration, Instant};
@@ -39,6 +41,9 @@ struct Cli {
     /// Interleaved rounds; the best time of each scenario is kept.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Concurrent writers, comma-separated; each count is measured on its own.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4])]
+    connections: Vec<usize>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -46,7 +51,15 @@ enum Scenario {
     Alone,
     ByHand,
     Trigger,
+    TriggerNotify,
 }
+
+const SCENARIOS: [Scenario; 4] = [
+    Scenario::Alone,
+    Scenario::ByHand,
+    Scenario::Trigger,
+    Scenario::TriggerNotify,
+];
 
 impl Scenario {
     fn name(self) -> &'static str {
@@ -54,6 +67,7 @@ impl Scenario {
             Scenario::Alone => "UPDATE alone",
             Scenario::ByHand => "UPDATE + INSERT by hand",
             Scenario::Trigger => "UPDATE + capture trigger",
+            Scenario::TriggerNotify => "UPDATE + trigger + notify",
         }
     }
 }
@@ -87,7 +101,7 @@ async fn main() -> Result<()> {
 async fn run(cli: &Cli, schema: &str) -> Result<()> {
     let search_path = schema.to_owned();
     let pool = PgPoolOptions::new()
-        .max_connections(4)
+        .max_connections(cli.connections.iter().copied().max().unwrap_or(1).max(1) as u32)
         .after_connect(move |conn, _| {
             let sql = format!("SET search_path TO \"{search_path}\"");
             Box::pin(async move {
@@ -111,25 +125,28 @@ async fn run(cli: &Cli, schema: &str) -> Result<()> {
         .with_label("shop.item")
         .with_payload(ChangePayload::Changes)
         .with_operations([RowOperation::Update]);
+    let notifying = capture.clone().with_notify(Some("hare_bench_capture"));
 
     println!(
         "capture benchmark: {} UPDATE transactions per scenario, best of {} interleaved rounds, debug build unless --release",
         cli.updates, cli.rounds
     );
-    for connections in [1usize, 4] {
-        let mut best = [Duration::MAX; 3];
+    for &connections in &cli.connections {
+        let mut best = [Duration::MAX; SCENARIOS.len()];
         for round in 0..cli.rounds {
-            for (i, scenario) in [Scenario::Alone, Scenario::ByHand, Scenario::Trigger]
-                .into_iter()
-                .enumerate()
-            {
+            for (i, scenario) in SCENARIOS.into_iter().enumerate() {
                 sqlx::query("TRUNCATE hare_outbox").execute(&pool).await?;
-                if scenario == Scenario::Trigger {
+                let installed = match scenario {
+                    Scenario::Trigger => Some(&capture),
+                    Scenario::TriggerNotify => Some(&notifying),
+                    _ => None,
+                };
+                if let Some(capture) = installed {
                     capture.install(&outbox).await?;
                 }
                 let elapsed =
                     scenario_run(&pool, scenario, connections, cli.updates, round).await?;
-                if scenario == Scenario::Trigger {
+                if let Some(capture) = installed {
                     capture.uninstall(&outbox).await?;
                     let events: i64 = sqlx::query_scalar("SELECT count(*) FROM hare_outbox")
                         .fetch_one(&pool)
@@ -144,10 +161,7 @@ async fn run(cli: &Cli, schema: &str) -> Result<()> {
             }
         }
         println!("\n{connections} connection(s):");
-        for (i, scenario) in [Scenario::Alone, Scenario::ByHand, Scenario::Trigger]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, scenario) in SCENARIOS.into_iter().enumerate() {
             println!(
                 "  {:<26} {:>8.0} tx/s  {:>7.1} µs/tx",
                 scenario.name(),
@@ -157,10 +171,11 @@ async fn run(cli: &Cli, schema: &str) -> Result<()> {
         }
         let per = |i: usize| best[i].as_secs_f64();
         println!(
-            "  trigger / by hand = {:.2}   (goal ≤ 1.25)\n  trigger / alone   = {:.2}\n  by hand / alone   = {:.2}",
+            "  trigger / by hand = {:.2}   (goal ≤ 1.25)\n  trigger / alone   = {:.2}\n  by hand / alone   = {:.2}\n  notify / trigger  = {:.2}   (what notify costs writers)",
             per(2) / per(1),
             per(2) / per(0),
-            per(1) / per(0)
+            per(1) / per(0),
+            per(3) / per(2)
         );
     }
     pool.close().await;
@@ -183,11 +198,13 @@ async fn scenario_run(
         tasks.push(tokio::spawn(async move {
             let mut conn = pool.acquire().await?;
             for n in 0..count {
-                let id = ((c * 2500 + n) % ROWS as usize) as i32 + 1;
+                // Each connection on rows of its own: no lock waits.
+                let span = ROWS as usize / connections.max(1);
+                let id = (c * span + n % span) as i32 + 1;
                 let status = format!("s{round}-{n}");
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 match scenario {
-                    Scenario::Alone | Scenario::Trigger => {
+                    Scenario::Alone | Scenario::Trigger | Scenario::TriggerNotify => {
                         sqlx::query("UPDATE items SET qty = qty + 1, status = $2 WHERE id = $1")
                             .bind(id)
                             .bind(&status)
