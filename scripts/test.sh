@@ -154,13 +154,36 @@ start_mosquitto() {
 
 export HARE_OUTBOX_TEST_RABBITMQ_URL="${HARE_OUTBOX_TEST_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
 
+# A Python taskiq worker for hare-outbox-taskiq's tests: a virtual environment with pinned taskiq,
+# taskiq-redis and taskiq-aio-pika. The tests fail (never skip) without it.
+taskiq_venv="$HOME/.cache/hare-outbox-py/venv"
+export HARE_OUTBOX_TEST_TASKIQ_PYTHON="${HARE_OUTBOX_TEST_TASKIQ_PYTHON:-$taskiq_venv/bin/python}"
+
+prepare_taskiq() {
+  if "$HARE_OUTBOX_TEST_TASKIQ_PYTHON" -c 'import importlib.metadata as m, sys; sys.exit(m.version("taskiq") != "0.13.0" or m.version("taskiq-redis") != "1.2.4" or m.version("taskiq-aio-pika") != "0.6.1")' 2>/dev/null; then
+    return
+  fi
+  say "preparing the taskiq worker environment in $taskiq_venv (taskiq 0.13.0, taskiq-redis 1.2.4, taskiq-aio-pika 0.6.1)"
+  [ -x "$taskiq_venv/bin/python" ] || python3 -m venv "$taskiq_venv"
+  "$taskiq_venv/bin/python" -m pip install -q taskiq==0.13.0 taskiq-redis==1.2.4 taskiq-aio-pika==0.6.1
+}
+
+# Headless Chromium and chromedriver for hare-outbox-dashboard's browser tests (they fail, never
+# skip, without them).
+prepare_chromium() {
+  [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && return
+  install_debian chromium chromium-driver
+}
+
 start_postgres
 ensure_test_database
+prepare_chromium
 start_redis
 start_nats
 start_rabbitmq
 start_mosquitto
 start_kafka
+prepare_taskiq
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"
