@@ -357,4 +357,11 @@ pub struct DemoArgs {
     /// Print JSON lines (events, then the summary) instead of the readable journal
     #[arg(long)]
     pub json: bool,
+
+    /// Also serve the dashboard on this loopback address (e.g. 127.0.0.1:8080) while the demo
+    /// runs, and keep serving it, with the relay, after the workload until Ctrl-C. The token of
+    /// its retry and clean-up buttons is HARE_OUTBOX_DASHBOARD_TOKEN, or a random one printed at
+    /// start
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }

@@ -5,7 +5,9 @@
 //! transaction's context), and the triggers write a `doc.updated` event per changed row; at the
 //! same time a relay, woken in-process after each commit, delivers the events to a printer that
 //! plays a subscriber (refusing a share of deliveries, so retries show). It ends when every
-//! written event is delivered or dead-lettered — or on Ctrl-C — with one summary line.
+//! written event is delivered or dead-lettered — or on Ctrl-C — with one summary line. With
+//! `--http` the dashboard shows the same outbox as a journal, and stays up with the relay after
+//! the workload, so dead letters can be retried from the browser, until Ctrl-C.
 
 mod erp;
 
@@ -24,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::cli::DemoArgs;
 use crate::error::usage;
+use crate::serve::ENV_DASHBOARD_TOKEN;
 
 /// Longest wait for the relay to catch up once the workload is done.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -85,6 +88,11 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         .with_lease(Duration::from_secs(10))
         .with_delivery_timeout(Duration::from_secs(5));
     let relay = Arc::new(OutboxRelay::new(outbox.clone(), delivery, config)?);
+    let dashboard_stop = CancellationToken::new();
+    let dashboard = match &args.http {
+        Some(address) => Some(start_dashboard(address, &pool, dashboard_stop.clone()).await?),
+        None => None,
+    };
     let relay_stop = CancellationToken::new();
     let relay_task = {
         let relay = relay.clone();
@@ -101,11 +109,22 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     } else {
         false
     };
+    if dashboard.is_some() && workload.is_ok() && !shutdown.is_cancelled() {
+        eprintln!("demo: workload done; the dashboard and the relay stay up until Ctrl-C");
+        shutdown.cancelled().await;
+    }
     relay_stop.cancel();
     relay_task
         .await
         .context("the relay task failed")?
         .context("the relay failed")?;
+    dashboard_stop.cancel();
+    if let Some(dashboard) = dashboard {
+        dashboard
+            .await
+            .context("the dashboard task failed")?
+            .context("the dashboard failed")?;
+    }
     pool.close().await;
 
     let stats = relay.stats();
@@ -122,6 +141,53 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         );
     }
     Ok(())
+}
+
+/// Serves the dashboard over the demo's outbox on `address` (loopback only) until `stop`;
+/// prints its URL and the token of its buttons on stderr.
+async fn start_dashboard(
+    address: &str,
+    pool: &sqlx::SqlitePool,
+    stop: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    use hare_outbox::Journal;
+    use hare_outbox_dashboard::{Dashboard, DashboardOptions};
+    let addr: std::net::SocketAddr = address.parse().map_err(|_| {
+        usage(format!(
+            "--http {address:?} is not an address; use a loopback host:port such as 127.0.0.1:8080"
+        ))
+    })?;
+    if !addr.ip().is_loopback() {
+        return Err(usage(format!(
+            "--http {address} is not a loopback address; the demo serves its dashboard on 127.0.0.1 or ::1 only"
+        )));
+    }
+    let (token, shown) = match std::env::var(ENV_DASHBOARD_TOKEN) {
+        Ok(token) if !token.trim().is_empty() => (token, format!("${ENV_DASHBOARD_TOKEN}")),
+        _ => {
+            let token: String = std::iter::repeat_with(fastrand::alphanumeric)
+                .take(24)
+                .collect();
+            (token.clone(), token)
+        }
+    };
+    let journal = Journal::new(SqliteBackend::new(pool.clone()), OutboxTable::default());
+    let options = DashboardOptions::new()
+        .with_token(Some(token))
+        .map_err(|e| usage(format!("dashboard token from {ENV_DASHBOARD_TOKEN}: {e}")))?
+        .with_title("hare-outbox demo")?;
+    let dashboard = Dashboard::new(journal, options)?;
+    let listener = dashboard.bind(addr).await?;
+    let local = listener
+        .local_addr()
+        .context("reading the dashboard's address")?;
+    eprintln!("demo: dashboard on http://{local}/ (token for its buttons: {shown})");
+    Ok(tokio::spawn(async move {
+        dashboard
+            .serve(listener, async move { stop.cancelled().await })
+            .await?;
+        Ok(())
+    }))
 }
 
 fn check(args: &DemoArgs) -> anyhow::Result<()> {

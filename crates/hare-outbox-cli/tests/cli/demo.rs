@@ -162,3 +162,76 @@ async fn demo_refuses_out_of_range_options() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--failure-rate 1.5"), "{stderr}");
 }
+
+#[tokio::test]
+async fn demo_serves_its_journal_on_the_dashboard_until_ctrl_c() {
+    let dir = TempDir::new("demo-http");
+    let mut demo = Proc::spawn(
+        hare_outbox(dir.path())
+            .args([
+                "demo",
+                "--events",
+                "20",
+                "--rate",
+                "0",
+                "--failure-rate",
+                "0",
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .env("HARE_OUTBOX_DASHBOARD_TOKEN", "demo-token-123"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !demo.stderr().contains("stay up until Ctrl-C") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workload did not finish:\n{}",
+            demo.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stderr = demo.stderr();
+    assert!(stderr.contains("$HARE_OUTBOX_DASHBOARD_TOKEN"), "{stderr}");
+    assert!(
+        !stderr.contains("demo-token-123"),
+        "the token was printed:\n{stderr}"
+    );
+    let addr: std::net::SocketAddr = stderr
+        .split("dashboard on http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no dashboard address in:\n{stderr}"));
+    let (status, body) = tokio::task::spawn_blocking(move || {
+        crate::serve::http_get(addr, "/api/events?topic=doc.updated&limit=5")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"doc.updated\""), "{body}");
+    assert!(
+        AUTHORS.iter().any(|a| body.contains(a)),
+        "no author in the journal:\n{body}"
+    );
+    demo.signal("INT");
+    let status = demo.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", demo.stderr());
+    let last = demo.stdout().lines().last().unwrap_or_default().to_owned();
+    let (written, delivered, _, dead) = summary(&last);
+    assert_eq!((delivered, dead), (written, 0), "{last}");
+}
+
+#[tokio::test]
+async fn demo_refuses_a_remote_dashboard_address() {
+    let dir = TempDir::new("demo-remote");
+    let (code, _stdout, stderr) = run(
+        hare_outbox(dir.path()).args(["demo", "--http", "0.0.0.0:8080"]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("0.0.0.0:8080") && stderr.contains("loopback"),
+        "{stderr}"
+    );
+}

@@ -17,7 +17,7 @@ use crate::support::{Proc, TempDir, hare_outbox};
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `GET path` over HTTP/1.1 with `Connection: close`: (status, body).
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
