@@ -7,12 +7,13 @@
 //! terminal).
 
 use std::io::Write as _;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use hare_outbox::backend::{EventDeleteFinishedParams, FinishedState};
-use hare_outbox::journal::{Cursor, EventQuery, ObjectRef, author_of};
+use hare_outbox::backend::FinishedState;
+use hare_outbox::journal::{CleanupOutcome, Cursor, EventQuery, ObjectRef, author_of};
 use hare_outbox::{Backend, CancellationToken, EventStatus, Journal, OutboxEvent, TopicFilter};
 use serde::Deserialize;
 
@@ -749,28 +750,34 @@ pub async fn cleanup(
         ))
     })?;
     check_topics("--topic", &args.topics)?;
-    let topics = if args.topics.is_empty() {
-        TopicFilter::all()
-    } else {
-        TopicFilter::new(Some(&args.topics), Vec::<&str>::new())?
-    };
+    let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
     let batch_size = match args.batch_size {
         Some(n) => n,
         None => u32::try_from(settings.relay.cleanup_batch_size).unwrap_or(1000),
     };
-    let cutoff = chrono::Duration::from_std(older_than)
-        .ok()
-        .and_then(|age| Utc::now().checked_sub_signed(age))
-        .ok_or_else(|| usage("--older-than reaches before the year 1; use a shorter age"))?;
-    let params = EventDeleteFinishedParams::new(state, cutoff, topics, i64::from(batch_size));
     let db = Db::connect(settings.database()?).await?;
     let bar = spinner(&format!("deleting {what}"));
+    // Checked between statements, so the batch in flight always finishes and is counted.
+    let progress = |deleted: u64| {
+        bar.set_position(deleted);
+        if shutdown.is_cancelled() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
     let outcome = with_backend!(db, backend => {
-        delete_in_batches(&backend, settings, &params, batch_size, &bar, &shutdown).await
+        Journal::new(backend, settings.table.clone())
+            .cleanup(state, older_than, &topics, batch_size, &progress)
+            .await
     });
     bar.finish_and_clear();
-    let (deleted, stopped) =
-        outcome.with_context(|| format!("deleting {what} of {} failed", settings.table))?;
+    let CleanupOutcome { deleted, stopped } = outcome.map_err(|e| match e {
+        hare_outbox::Error::Validation { .. } | hare_outbox::Error::Configuration(_) => {
+            usage(e.to_string())
+        }
+        e => anyhow::Error::new(e).context(format!("deleting {what} of {} failed", settings.table)),
+    })?;
     println!(
         "{}: deleted {deleted} {what} finished more than {} ago{}",
         settings.table,
@@ -782,34 +789,6 @@ pub async fn cleanup(
         }
     );
     Ok(())
-}
-
-/// Deletes batch after batch until one comes back short or `shutdown` is cancelled (checked
-/// between statements, so the batch in flight always finishes and is counted). Returns the rows
-/// deleted and whether it stopped early.
-async fn delete_in_batches<B: Backend>(
-    backend: &B,
-    settings: &Settings,
-    params: &EventDeleteFinishedParams,
-    batch_size: u32,
-    bar: &indicatif::ProgressBar,
-    shutdown: &CancellationToken,
-) -> hare_outbox::Result<(u64, bool)> {
-    let mut deleted = 0u64;
-    loop {
-        if shutdown.is_cancelled() {
-            return Ok((deleted, true));
-        }
-        let n = backend
-            .event_delete_finished(&settings.table, params)
-            .await?;
-        deleted += n;
-        bar.set_position(deleted);
-        if n < u64::from(batch_size) {
-            tracing::debug!(table = %settings.table, deleted, "clean-up finished");
-            return Ok((deleted, false));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 //! }
 //! ```
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -372,8 +373,42 @@ pub struct TimelineBucket {
     pub latency_max_ms: Option<f64>,
 }
 
-/// What a clean-up or a retry of many events reports as it goes: rows done so far.
-pub type Progress<'a> = &'a (dyn Fn(u64) + Send + Sync);
+/// Called by a clean-up after every batch with the rows deleted so far; returning
+/// [`ControlFlow::Break`] stops it there (the batches done stay done), e.g. on a shutdown signal.
+pub type Progress<'a> = &'a (dyn Fn(u64) -> ControlFlow<()> + Send + Sync);
+
+/// What a clean-up did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CleanupOutcome {
+    /// Rows deleted.
+    pub deleted: u64,
+    /// Whether [`Progress`] stopped it before a short batch showed nothing was left.
+    pub stopped: bool,
+}
+
+/// Deletes batch after batch (`params.limit` rows each, one short statement each) until one
+/// comes back short or `progress` breaks.
+pub(crate) async fn delete_in_batches<B: Backend>(
+    backend: &B,
+    table: &OutboxTable,
+    params: &EventDeleteFinishedParams,
+    progress: Progress<'_>,
+) -> Result<CleanupOutcome> {
+    let mut outcome = CleanupOutcome::default();
+    loop {
+        let n = backend.event_delete_finished(table, params).await?;
+        outcome.deleted += n;
+        if n < params.limit.max(0) as u64 {
+            break;
+        }
+        if progress(outcome.deleted).is_break() {
+            outcome.stopped = true;
+            break;
+        }
+    }
+    tracing::info!(%table, state = ?params.state, deleted = outcome.deleted, stopped = outcome.stopped, "clean-up finished");
+    Ok(outcome)
+}
 
 /// The journal of one outbox table: read it, and act on its dead letters and finished events.
 #[derive(Debug, Clone)]
@@ -453,12 +488,14 @@ impl<B: Backend> Journal<B> {
     }
 
     /// Deletes finished events (`state`) of `topics` finished more than `older_than` ago, in
-    /// batches of `batch_size` rows, each its own short statement; calls `progress` with the rows
-    /// deleted so far after every batch. Returns how many.
+    /// batches of `batch_size` rows, each its own short statement (seed 001 § «Мёртвые» события,
+    /// очередь и очистка); after every full batch calls `progress` with the rows deleted so far,
+    /// which may stop it. Returns how many rows went and whether it was stopped.
     ///
     /// # Errors
-    /// [`Error::Validation`] when `batch_size` is 0; [`Error::Configuration`] for a malformed
-    /// pattern; [`Error::Database`] when a delete fails (the batches before it stay deleted).
+    /// [`Error::Validation`] when `batch_size` is 0 or `older_than` reaches before the year 1;
+    /// [`Error::Configuration`] for a malformed pattern; [`Error::Database`] when a delete fails
+    /// (the batches before it stay deleted).
     pub async fn cleanup(
         &self,
         state: FinishedState,
@@ -466,35 +503,32 @@ impl<B: Backend> Journal<B> {
         topics: &[&str],
         batch_size: u32,
         progress: Progress<'_>,
-    ) -> Result<u64> {
+    ) -> Result<CleanupOutcome> {
         if batch_size == 0 {
             return Err(Error::validation(
                 "batch_size",
                 "clean-up batch size 0 is not allowed; use 1 or more rows",
             ));
         }
-        let older_than = chrono::Duration::from_std(older_than)
-            .map_err(|e| Error::validation("older_than", e.to_string()))?;
+        let before = chrono::Duration::from_std(older_than)
+            .ok()
+            .and_then(|age| Utc::now().checked_sub_signed(age))
+            .ok_or_else(|| {
+                Error::validation(
+                    "older_than",
+                    format!(
+                        "an age of {} s reaches before the year 1; use a shorter age",
+                        older_than.as_secs()
+                    ),
+                )
+            })?;
         let params = EventDeleteFinishedParams::new(
             state,
-            Utc::now() - older_than,
+            before,
             topic_filter(topics)?,
             i64::from(batch_size),
         );
-        let mut deleted = 0u64;
-        loop {
-            let n = self
-                .backend
-                .event_delete_finished(&self.table, &params)
-                .await?;
-            deleted += n;
-            progress(deleted);
-            if n < u64::from(batch_size) {
-                break;
-            }
-        }
-        tracing::info!(table = %self.table, ?state, deleted, "clean-up finished");
-        Ok(deleted)
+        delete_in_batches(&self.backend, &self.table, &params, progress).await
     }
 }
 

@@ -598,10 +598,11 @@ pub(crate) async fn cleanup<B: Backend>(
             Duration::from_secs(request.older_than_seconds),
             &topics,
             CLEANUP_BATCH,
-            &|_| {},
+            &|_| std::ops::ControlFlow::Continue(()),
         )
         .await
-        .map_err(|e| ApiError::core("topics", e))?;
+        .map_err(|e| ApiError::core("topics", e))?
+        .deleted;
     Ok(Json(CleanupResult { deleted }))
 }
 

@@ -309,20 +309,14 @@ impl<B: Backend> Inner<B> {
         let before = Utc::now() - chrono_duration(older_than);
         let limit = self.config.cleanup_batch_size as i64;
         let params = EventDeleteFinishedParams::new(state, before, self.topics.clone(), limit);
-        let mut deleted = 0u64;
-        loop {
-            let n = self
-                .outbox
-                .backend()
-                .event_delete_finished(self.outbox.table(), &params)
-                .await?;
-            deleted += n;
-            if n < limit as u64 {
-                break;
-            }
-        }
-        tracing::info!(relay = %self.config.name, ?state, deleted, "clean-up finished");
-        Ok(deleted)
+        let outcome = crate::journal::delete_in_batches(
+            self.outbox.backend(),
+            self.outbox.table(),
+            &params,
+            &|_| std::ops::ControlFlow::Continue(()),
+        )
+        .await?;
+        Ok(outcome.deleted)
     }
 
     async fn backlog(&self) -> Result<Backlog> {
