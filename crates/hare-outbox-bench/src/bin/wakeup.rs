@@ -4,7 +4,9 @@
 //!    enqueue, with no wake-up, with NOTIFY inside each transaction, and with the coalesced
 //!    after-commit notifier;
 //! 2. latency commit → delivered (Rust-function delivery, poll interval 5 s) at 100 and 1,000
-//!    events/s for the in-process and the LISTEN/NOTIFY wake-ups; p50 and p99.
+//!    events/s for the in-process and the LISTEN/NOTIFY wake-ups; p50 and p99 of the steady
+//!    state (the first second of events, while the relay opens its connections and prepares its
+//!    statements, is not counted). The relay has a pool of its own, as in a deployment.
 //!
 //! ```text
 //! cargo run --release -p hare-outbox-bench --bin wakeup
@@ -196,7 +198,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn latency(cli: &Cli) -> Result<()> {
     println!();
     println!(
-        "latency commit → delivered, poll interval 5 s, {:.0} s per cell",
+        "latency commit → delivered, poll interval 5 s, {:.0} s per cell after 1 s of warm-up",
         cli.latency_seconds
     );
     println!(
@@ -220,6 +222,9 @@ async fn latency(cli: &Cli) -> Result<()> {
             outbox.migrate().await?;
             let committed: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
             let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+            // The first second of events warms the relay up (its pool's connections, prepared
+            // statements) and is not counted: the cells measure the steady state.
+            let warmup = rate as i64;
             let (c, l) = (committed.clone(), latencies.clone());
             // The relay has a pool of its own, as in a deployment: behind the writers' pool
             // queue its lease would wait for a connection as long as a writer does.
@@ -236,6 +241,9 @@ async fn latency(cli: &Cli) -> Result<()> {
                     async move {
                         let now = Instant::now();
                         let n = e.payload["n"].as_i64().unwrap_or(-1);
+                        if n < warmup {
+                            return Ok(());
+                        }
                         // The commit time is recorded right after COMMIT returns; a delivery can
                         // beat that record by microseconds, which counts as 0.
                         let at = c.lock().map(|m| m.get(&n).copied()).unwrap_or(None);
@@ -251,7 +259,8 @@ async fn latency(cli: &Cli) -> Result<()> {
             )?;
             relay.start()?;
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let total = (rate as f64 * cli.latency_seconds) as i64;
+            let measured = (rate as f64 * cli.latency_seconds) as i64;
+            let total = warmup + measured;
             let period = Duration::from_secs_f64(1.0 / rate as f64);
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -281,7 +290,7 @@ async fn latency(cli: &Cli) -> Result<()> {
                 r??;
             }
             let wait_until = Instant::now() + Duration::from_secs(15);
-            while latencies.lock().map(|l| l.len()).unwrap_or(0) < total as usize
+            while latencies.lock().map(|l| l.len()).unwrap_or(0) < measured as usize
                 && Instant::now() < wait_until
             {
                 tokio::time::sleep(Duration::from_millis(20)).await;
