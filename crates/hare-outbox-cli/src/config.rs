@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hare_outbox::{ChangeCapture, OutboxTable, RelayConfig};
+use hare_outbox::{ChangeCapture, ColumnType, ExtraColumn, OutboxTable, RelayConfig};
 use serde::Deserialize;
 
 use crate::cli::DEFAULT_CONFIG_FILE;
@@ -87,6 +87,9 @@ pub struct RelaySection {
     pub cleanup_batch_size: Option<i64>,
     /// How often the backlog gauges are refreshed; 0 turns the refresh off.
     pub backlog_interval_seconds: Option<f64>,
+    /// A nullable JSON column of the outbox table that keeps each event's last delivery record
+    /// (the webhook's `{status_code, body, error}`); `migrate` adds it.
+    pub result_column: Option<String>,
 }
 
 /// Which backend a database URL selects.
@@ -237,10 +240,17 @@ pub fn resolve(
         None => None,
     };
 
-    let table = match non_empty(overrides.table).or(non_empty(file.table)) {
+    let mut table = match non_empty(overrides.table).or(non_empty(file.table)) {
         Some(name) => OutboxTable::parse(&name).with_context(|| format!("table{in_file}"))?,
         None => OutboxTable::default(),
     };
+    if let Some(column) = &file.relay.result_column {
+        let column = ExtraColumn::new(column, ColumnType::Json)
+            .map_err(|e| usage(format!("[relay] result_column{in_file}: {e}")))?;
+        table = table
+            .with_column(column)
+            .map_err(|e| usage(format!("[relay] result_column{in_file}: {e}")))?;
+    }
 
     let relay = relay_config(&file.relay).with_context(|| format!("[relay]{in_file}"))?;
 
@@ -416,6 +426,9 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
     }
     if let Some(v) = section.backlog_interval_seconds {
         config = config.with_backlog_interval(seconds("backlog_interval_seconds", v, true)?);
+    }
+    if let Some(column) = &section.result_column {
+        config = config.with_result_column(column.clone());
     }
     config.validate()?;
     Ok(config)

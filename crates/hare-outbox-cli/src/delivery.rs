@@ -1749,6 +1749,22 @@ mod tests {
             assert!(!shown.contains("hunter2"), "{kind}: {shown}");
             assert!(!format!("{:?}", s.delivery).contains("hunter2"), "{kind}");
         }
+        // NATS takes a list of servers, and servers without a scheme: a password in any of them
+        // is refused too.
+        for url in [
+            "nats://h1:4222,nats://u:hunter2@h2:4222",
+            "nats://h1:4222, u:hunter2@h2:4222",
+            "u:hunter2@h:4222",
+        ] {
+            let e = error_text(
+                &format!("[delivery]\nkind = \"nats\"\nurl = \"{url}\"\n"),
+                &no_env,
+            );
+            assert!(
+                e.contains("url_env") && !e.contains("hunter2"),
+                "{url}: {e}"
+            );
+        }
         let e = error_text(
             "[delivery]\nkind = \"redis\"\nurl = \"redis://h\"\nurl_env = \"U\"\n",
             &no_env,

@@ -96,12 +96,24 @@ pub fn render(error: &anyhow::Error) -> String {
     text
 }
 
-/// `url` with its password replaced by `***`, for messages and logs.
+/// `url` with its password replaced by `***`, for messages and logs. A comma-separated list
+/// (NATS takes several servers in one URL) has each of its URLs redacted, and a URL without a
+/// scheme (`user:password@host:4222`, which NATS accepts too) is read as an authority.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+    if url.contains(',') {
+        return url.split(',').map(redact_one).collect::<Vec<_>>().join(",");
+    }
+    redact_one(url)
+}
+
+fn redact_one(url: &str) -> String {
+    let start = match url.find("://") {
+        Some(scheme_end) => scheme_end + 3,
+        // `sqlite:file` has no authority; any other text without a scheme may be `user:pw@host`.
+        None if url.trim_start().starts_with("sqlite:") => return url.to_owned(),
+        None => 0,
     };
-    let rest = &url[scheme_end + 3..];
+    let rest = &url[start..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     let Some(at) = authority.rfind('@') else {
@@ -111,12 +123,7 @@ pub fn redact_url(url: &str) -> String {
     let Some(colon) = userinfo.find(':') else {
         return url.to_owned();
     };
-    format!(
-        "{}{}:***{}",
-        &url[..scheme_end + 3],
-        &userinfo[..colon],
-        &rest[at..]
-    )
+    format!("{}{}:***{}", &url[..start], &userinfo[..colon], &rest[at..])
 }
 
 #[cfg(test)]
@@ -156,5 +163,21 @@ mod tests {
         assert_eq!(redact_url("postgres://app@db/erp"), "postgres://app@db/erp");
         assert_eq!(redact_url("sqlite:erp.db"), "sqlite:erp.db");
         assert_eq!(redact_url("postgres://db/x?u=a@b"), "postgres://db/x?u=a@b");
+    }
+
+    #[test]
+    fn passwords_in_server_lists_and_scheme_less_urls_are_redacted() {
+        assert_eq!(
+            redact_url("nats://h1:4222,nats://u:hunter2@h2:4222"),
+            "nats://h1:4222,nats://u:***@h2:4222"
+        );
+        assert_eq!(
+            redact_url("nats://h1:4222, u:hunter2@h2:4222"),
+            "nats://h1:4222, u:***@h2:4222"
+        );
+        assert_eq!(redact_url("u:hunter2@h:4222"), "u:***@h:4222");
+        assert_eq!(redact_url("nats://h1,nats://h2"), "nats://h1,nats://h2");
+        assert_eq!(redact_url("127.0.0.1:4222"), "127.0.0.1:4222");
+        assert_eq!(redact_url("sqlite:a@b:c.db"), "sqlite:a@b:c.db");
     }
 }

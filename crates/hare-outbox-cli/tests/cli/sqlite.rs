@@ -100,3 +100,95 @@ async fn migrate_then_relay_prints_json_lines_and_stops_on_sigint() {
     );
     pool.close().await;
 }
+
+#[tokio::test]
+async fn result_column_keeps_each_webhook_answer() {
+    use hare_outbox_testkit::http::{Behaviour, Receiver};
+    let dir = TempDir::new("sqlite-result");
+    let db = dir.path().join("erp.db");
+    // The first attempt is refused with a body, the second accepted.
+    let receiver = Receiver::start(Behaviour::statuses([500, 201]).with_body("queue full"));
+    dir.write(
+        "hare-outbox.toml",
+        &format!(
+            "database_url = \"sqlite:erp.db\"\n\n[relay]\npoll_interval_seconds = 0.1\nretry_base_seconds = 0.5\nresult_column = \"delivery_result\"\n\n[delivery]\nkind = \"webhook\"\nurl = \"{}\"\n",
+            receiver.url("/hook")
+        ),
+    );
+    let (code, _, stderr) = run(
+        hare_outbox(dir.path()).arg("migrate"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let pool = hare_outbox::sqlite::connect(&format!("sqlite:{}", db.display()))
+        .await
+        .expect("open");
+    let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::default());
+    let mut tx = pool.begin().await.expect("begin");
+    let id = outbox
+        .enqueue(&mut tx, OutboxMessage::new("doc.updated", json!({"id": 1})))
+        .await
+        .expect("enqueue")
+        .id;
+    tx.commit().await.expect("commit");
+
+    let mut relay = Proc::spawn(hare_outbox(dir.path()).arg("relay"));
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // The column holds the last attempt's record: first the 500, then the 201.
+    loop {
+        let (result, published): (Option<String>, Option<String>) =
+            sqlx::query_as("SELECT delivery_result, published_at FROM hare_outbox WHERE id = ?")
+                .bind(id.to_string())
+                .fetch_one(&pool)
+                .await
+                .expect("select");
+        if let Some(result) = result {
+            let value: Value = serde_json::from_str(&result).expect("JSON");
+            if seen.last() != Some(&value) {
+                seen.push(value);
+            }
+        }
+        if published.is_some() && seen.len() >= 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "seen {seen:?}\n{}",
+            relay.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    relay.signal("TERM");
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", relay.stderr());
+    let last = seen.last().expect("a record");
+    assert_eq!(last["status_code"], 201, "{seen:?}");
+    assert!(
+        seen.iter()
+            .any(|r| r["status_code"] == 500 && r["body"] == "queue full"),
+        "{seen:?}"
+    );
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn result_column_must_be_a_plain_name() {
+    let dir = TempDir::new("sqlite-result-bad");
+    dir.write(
+        "hare-outbox.toml",
+        "database_url = \"sqlite:erp.db\"\n\n[relay]\nresult_column = \"attempts\"\n",
+    );
+    let (code, _, stderr) = run(
+        hare_outbox(dir.path()).arg("migrate"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("result_column") && stderr.contains("\"attempts\""),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("erp.db").exists());
+}
