@@ -271,10 +271,45 @@ impl Backend for PgBackend {
             .fetch_all(&self.pool)
             .await
             .map_err(translate)?;
-        let mut events = rows
-            .iter()
-            .map(|r| decode(table, r))
-            .collect::<Result<Vec<_>>>()?;
+        // A row that cannot be read (a payload nested deeper than the JSON reader allows, say)
+        // would fail every lease and stop the relay: it is dead-lettered with the reason
+        // instead, holding back only its own key, and the rest of the batch goes on.
+        let mut events = Vec::with_capacity(rows.len());
+        let mut unreadable: Vec<(i64, i32, String)> = Vec::new();
+        for row in &rows {
+            match decode(table, row) {
+                Ok(event) => events.push(event),
+                Err(error) => {
+                    let sequence: i64 = row.try_get("sequence").map_err(translate)?;
+                    let attempts: i32 = row.try_get("attempts").map_err(translate)?;
+                    unreadable.push((
+                        sequence,
+                        attempts,
+                        format!("the stored event cannot be read: {error}"),
+                    ));
+                }
+            }
+        }
+        if !unreadable.is_empty() {
+            let n = unreadable.len();
+            let (sequences, rest): (Vec<i64>, Vec<(i32, String)>) = unreadable
+                .into_iter()
+                .map(|(sequence, attempts, error)| (sequence, (attempts, error)))
+                .unzip();
+            let (attempts, errors): (Vec<i32>, Vec<String>) = rest.into_iter().unzip();
+            sqlx::query(AssertSqlSafe(
+                Statements::for_table(table).event_mark_failed.clone(),
+            ))
+            .bind(sequences)
+            .bind(attempts)
+            .bind(errors)
+            .bind(vec![None::<DateTime<Utc>>; n])
+            .bind(vec![Some(params.now); n])
+            .bind(&params.leased_by)
+            .execute(&self.pool)
+            .await
+            .map_err(translate)?;
+        }
         events.sort_by_key(|e| e.sequence);
         Ok(events)
     }

@@ -392,3 +392,53 @@ async fn an_unrouted_event_is_retried_then_dead_lettered_never_published() {
     assert_eq!(*seen.lock().unwrap(), ["library.loan.created"]);
     schema.drop_schema().await;
 }
+
+#[tokio::test]
+async fn an_unreadable_row_is_dead_lettered_and_the_others_are_delivered() {
+    let (schema, outbox) = setup().await;
+    enqueue_all(&schema, &outbox, &["before"]).await;
+    // Valid JSON that PostgreSQL stores but the reader refuses: nested past its depth limit.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    sqlx::query(
+        "INSERT INTO outbox (id, topic, payload, ordering_key, created_at) \
+         VALUES (gen_random_uuid(), 'deep', $1::jsonb, 'd', now())",
+    )
+    .bind(&deep)
+    .execute(&schema.pool)
+    .await
+    .unwrap();
+    enqueue_all(&schema, &outbox, &["after"]).await;
+    let mut tx = schema.pool.begin().await.unwrap();
+    outbox
+        .enqueue(
+            &mut *tx,
+            OutboxMessage::new("behind", json!({})).ordering_key("d"),
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let seen = Seen::default();
+    let relay = OutboxRelay::new(outbox.clone(), recording(&seen, ""), fast()).unwrap();
+    let outcome = relay
+        .poll_once()
+        .await
+        .expect("an unreadable row does not fail the poll");
+    assert_eq!(outcome.delivered, 2, "{outcome:?}");
+    let mut topics = seen.lock().unwrap().clone();
+    topics.sort();
+    assert_eq!(topics, ["after", "before"]);
+
+    let (dead, unleased, error): (bool, bool, String) = sqlx::query_as(
+        "SELECT dead_lettered_at IS NOT NULL, lease_until IS NULL, coalesce(last_error, '') \
+         FROM outbox WHERE topic = 'deep'",
+    )
+    .fetch_one(&schema.pool)
+    .await
+    .unwrap();
+    assert!(dead && unleased, "dead {dead}, unleased {unleased}");
+    assert!(error.contains("cannot be read"), "{error}");
+    // The dead row holds back its own key, as any dead letter does.
+    relay.poll_once().await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}

@@ -471,11 +471,27 @@ impl Backend for SqliteBackend {
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
-        // Decoded before COMMIT: a row that cannot be read leaves nothing leased.
-        let mut events = rows
-            .iter()
-            .map(|row| decode::event(table, row))
-            .collect::<Result<Vec<_>>>()?;
+        // Decoded before COMMIT. A row that cannot be read (SQLite stores any text, and any
+        // program may write the table) would fail every lease and stop the relay: it is
+        // dead-lettered with the reason instead, holding back only its own key.
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match decode::event(table, row) {
+                Ok(event) => events.push(event),
+                Err(error) => {
+                    let sequence: i64 = row.try_get("sequence").map_err(map_err)?;
+                    sqlx::query(AssertSqlSafe(
+                        Query::EventDeadLetterUnreadable.render(table),
+                    ))
+                    .bind(timestamp(params.now))
+                    .bind(format!("the stored event cannot be read: {error}"))
+                    .bind(sequence)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                }
+            }
+        }
         tx.commit().await.map_err(map_err)?;
         events.sort_by_key(|event| event.sequence);
         Ok(events)

@@ -25,6 +25,8 @@ const EVENT_GET_BY_IDEMPOTENCY_KEYS: &str =
     include_str!("../queries/event_get_by_idempotency_key.sql");
 const EVENT_LEASE: &str = include_str!("../queries/event_lease.sql");
 const EVENT_LEASE_EXTEND: &str = include_str!("../queries/event_lease_extend.sql");
+const EVENT_DEAD_LETTER_UNREADABLE: &str =
+    include_str!("../queries/event_dead_letter_unreadable.sql");
 const EVENT_MARK_DELIVERED: &str = include_str!("../queries/event_mark_delivered.sql");
 const EVENT_MARK_FAILED: &str = include_str!("../queries/event_mark_failed.sql");
 const EVENT_MARK_DELIVERED_RESULT: &str =
@@ -91,6 +93,7 @@ pub(crate) enum Query {
     EventTimelineLatency,
     EventLease,
     EventLeaseExtend,
+    EventDeadLetterUnreadable,
     EventMarkDelivered,
     EventMarkFailed,
     /// Rendered by [`with_result_column`].
@@ -118,6 +121,7 @@ impl Query {
             Query::EventTimelineLatency => EVENT_TIMELINE_LATENCY,
             Query::EventLease => EVENT_LEASE,
             Query::EventLeaseExtend => EVENT_LEASE_EXTEND,
+            Query::EventDeadLetterUnreadable => EVENT_DEAD_LETTER_UNREADABLE,
             Query::EventMarkDelivered => EVENT_MARK_DELIVERED,
             Query::EventMarkFailed => EVENT_MARK_FAILED,
             Query::EventMarkDeliveredResult => EVENT_MARK_DELIVERED_RESULT,
@@ -392,6 +396,7 @@ mod tests {
             Query::EventGetByIdempotencyKeys,
             Query::EventLease,
             Query::EventLeaseExtend,
+            Query::EventDeadLetterUnreadable,
             Query::EventMarkDelivered,
             Query::EventMarkFailed,
             Query::EventRetryDeadLettered,

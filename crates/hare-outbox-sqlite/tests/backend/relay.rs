@@ -279,3 +279,65 @@ async fn two_running_relays_share_one_table_and_keep_per_key_order() {
     assert_eq!(pending, 0);
     assert!(first.stats().delivered > 0 || second.stats().delivered > 0);
 }
+
+#[tokio::test]
+async fn an_unreadable_row_is_dead_lettered_and_the_others_are_delivered() {
+    let (db, outbox) = setup("hare_outbox").await;
+    let good = enqueue(&outbox, message("orders", Some("a"), 1)).await;
+    // Rows another program wrote by hand: a payload that is not JSON, a time that is not one.
+    for (id, key, payload, created) in [
+        (
+            Uuid::now_v7(),
+            "bad",
+            "not json {",
+            "2026-11-30T11:00:00.000000Z",
+        ),
+        (Uuid::now_v7(), "late", "{}", "yesterday"),
+    ] {
+        sqlx::query(
+            "INSERT INTO hare_outbox (id, topic, payload, ordering_key, created_at) \
+             VALUES (?1, 'orders', ?2, ?3, ?4)",
+        )
+        .bind(id.to_string())
+        .bind(payload)
+        .bind(key)
+        .bind(created)
+        .execute(&db.pool)
+        .await
+        .expect("insert a hand-written row");
+    }
+    let after = enqueue(&outbox, message("orders", Some("b"), 1)).await;
+    let behind_bad = enqueue(&outbox, message("orders", Some("bad"), 2)).await;
+
+    let (seen, delivery) = recording();
+    let relay = OutboxRelay::<SqliteBackend>::new(outbox.clone(), delivery, config("relay-1"))
+        .expect("relay");
+    let outcome = relay
+        .poll_once()
+        .await
+        .expect("an unreadable row does not fail the poll");
+    assert_eq!(outcome.delivered, 2, "{outcome:?}");
+    assert_eq!(ids(&drain(&seen)), ids(&[good.clone(), after.clone()]));
+    assert!(stored(&outbox, &good).await.published_at.is_some());
+    assert!(stored(&outbox, &after).await.published_at.is_some());
+
+    let rows: Vec<(String, bool, String, bool)> = sqlx::query_as(
+        "SELECT ordering_key, dead_lettered_at IS NOT NULL, coalesce(last_error, ''), \
+         lease_until IS NULL FROM hare_outbox \
+         WHERE ordering_key IN ('bad', 'late') AND sequence < ?1 ORDER BY sequence",
+    )
+    .bind(behind_bad.sequence)
+    .fetch_all(&db.pool)
+    .await
+    .expect("read the hand-written rows");
+    assert_eq!(rows.len(), 2);
+    for (key, dead, error, unleased) in &rows {
+        assert!(dead, "{key} is dead-lettered");
+        assert!(unleased, "{key} is not left leased");
+        assert!(error.contains("cannot be read"), "{key}: {error}");
+    }
+    // The dead row holds back its own key, as any dead letter does.
+    relay.poll_once().await.expect("poll 2");
+    assert!(drain(&seen).is_empty());
+    assert!(stored(&outbox, &behind_bad).await.published_at.is_none());
+}
