@@ -115,15 +115,19 @@ pub(crate) fn base64_sql(x: &str) -> String {
         .collect::<Vec<_>>()
         .join(" | ");
     let a = quote_literal(BASE64);
+    // The chunks are appended in order by a recursive query rather than by
+    // `group_concat(c, '' ORDER BY i)`: an ordered aggregate needs SQLite 3.44, and a trigger
+    // using one makes the whole database unreadable ("malformed database schema") to programs
+    // built on an older SQLite.
     format!(
-        "(SELECT coalesce(group_concat(c, '' ORDER BY i), '') FROM (\
-         SELECT i, substr({a}, (v >> 18) + 1, 1) || substr({a}, ((v >> 12) & 63) + 1, 1) \
+        "(WITH RECURSIVE b64(i, acc) AS (SELECT 0, '' UNION ALL \
+         SELECT i + 1, acc || (SELECT substr({a}, (v >> 18) + 1, 1) || substr({a}, ((v >> 12) & 63) + 1, 1) \
          || CASE WHEN n > 1 THEN substr({a}, ((v >> 6) & 63) + 1, 1) ELSE '=' END \
-         || CASE WHEN n > 2 THEN substr({a}, (v & 63) + 1, 1) ELSE '=' END AS c FROM (\
-         SELECT i, n, {v} AS v FROM (\
-         SELECT i, length(substr({x}, i * 3 + 1, 3)) AS n, hex(substr({x}, i * 3 + 1, 3)) || '0000' AS h \
-         FROM (WITH RECURSIVE b64(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b64 WHERE (i + 1) * 3 < length({x})) \
-         SELECT i FROM b64)) WHERE n > 0)))"
+         || CASE WHEN n > 2 THEN substr({a}, (v & 63) + 1, 1) ELSE '=' END FROM (\
+         SELECT n, {v} AS v FROM (\
+         SELECT length(substr({x}, i * 3 + 1, 3)) AS n, hex(substr({x}, i * 3 + 1, 3)) || '0000' AS h))) \
+         FROM b64 WHERE i * 3 < length({x})) \
+         SELECT acc FROM b64 ORDER BY i DESC LIMIT 1)"
     )
 }
 
@@ -882,6 +886,20 @@ mod tests {
         assert_eq!(declared_scale("NUMERIC(10, 0)"), Some(0));
         assert_eq!(declared_scale("NUMERIC"), None);
         assert_eq!(declared_scale("DECIMAL(10)"), None);
+    }
+
+    #[test]
+    fn trigger_values_need_no_ordered_aggregate() {
+        // `group_concat(x, '' ORDER BY …)` needs SQLite 3.44; a trigger holding it makes the
+        // database unreadable ("malformed database schema") to any program on an older SQLite.
+        for declared in ["BLOB", "", "TEXT", "BOOLEAN", "DECIMAL(10,2)"] {
+            let sql = value_sql(declared, "NEW.\"c\"");
+            assert!(!sql.contains("group_concat"), "{declared}: {sql}");
+            let aggregate_order = sql
+                .match_indices("ORDER BY")
+                .any(|(at, _)| sql[..at].trim_end().ends_with(['\'', ',']));
+            assert!(!aggregate_order, "{declared}: {sql}");
+        }
     }
 
     #[test]
