@@ -19,7 +19,9 @@
 //!
 //! Security (DESIGN §10):
 //! - [`Dashboard::bind`] and [`Dashboard::serve`] refuse an address other than loopback unless
-//!   [`DashboardOptions::with_allow_remote`] says otherwise.
+//!   [`DashboardOptions::with_allow_remote`] says otherwise. Without it, [`Dashboard::serve`]
+//!   also answers 421 to a request whose `Host` is not a loopback name, so a web page re-pointing
+//!   its own name at 127.0.0.1 (DNS rebinding) cannot read the journal.
 //! - Every mutating action is a `POST` that needs the configured token in an
 //!   `Authorization: Bearer …` header (compared in constant time). Without a configured token
 //!   they answer 403. A browser cannot add that header to a cross-site request without a CORS
@@ -192,7 +194,14 @@ impl<B: Backend> Dashboard<B> {
         })?;
         self.check_address(addr)?;
         tracing::info!(%addr, table = %self.state.journal.table(), "dashboard listening");
-        axum::serve(listener, self.router())
+        let router = if self.state.options.allow_remote {
+            self.router()
+        } else {
+            self.router()
+                .layer(axum::middleware::from_fn(security::loopback_host))
+                .layer(axum::middleware::map_response(security::headers))
+        };
+        axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|source| Error::Io {

@@ -36,6 +36,48 @@ pub(crate) async fn headers(mut response: Response) -> Response {
     response
 }
 
+/// Answers 421 to a request whose `Host` is not a loopback name (`localhost`, `*.localhost`,
+/// 127.0.0.0/8, `::1`). [`Dashboard::serve`](crate::Dashboard::serve) adds it on a loopback
+/// address: a web page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) would
+/// otherwise be same-origin with the dashboard and read the journal.
+pub(crate) async fn loopback_host(request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()));
+    match host {
+        Some(host) if !is_loopback_host(&host) => ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "host",
+            format!(
+                "host {host:?} is not a loopback name; this dashboard answers only to localhost, \
+                 127.0.0.1 or [::1] (serve it with allow_remote behind a proxy for other names)"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// Whether `host` (a `Host` header: a name or address, and maybe a port) names this machine.
+pub(crate) fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim();
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((name, _)) => name,
+            None => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Lets a mutating request through only when it is same-origin and carries the configured token.
 pub(crate) async fn guard_mutation<B: Backend>(
     State(state): State<AppState<B>>,
@@ -133,6 +175,31 @@ mod tests {
             h.insert(*k, HeaderValue::from_static(v));
         }
         h
+    }
+
+    #[test]
+    fn loopback_hosts_are_told_apart_from_other_names() {
+        for host in [
+            "127.0.0.1:8080",
+            "127.0.0.2",
+            "localhost:8080",
+            "LOCALHOST.",
+            "app.localhost:80",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "attacker.example:8080",
+            "127.0.0.1.attacker.example",
+            "localhost.attacker.example",
+            "10.0.0.1:8080",
+            "[::ffff:7f00:1",
+            "",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
     }
 
     #[test]

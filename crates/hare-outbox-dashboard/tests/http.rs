@@ -634,3 +634,47 @@ async fn binding_refuses_a_remote_address_unless_allowed() {
     let listener = dashboard.bind("0.0.0.0:0".parse().unwrap()).await.unwrap();
     assert!(listener.local_addr().unwrap().ip().is_unspecified());
 }
+
+#[tokio::test]
+async fn a_loopback_dashboard_refuses_other_host_names() {
+    let (_db, outbox) = sqlite_outbox().await;
+    standard_journal(&outbox).await;
+    let served = serve(&outbox, DashboardOptions::new()).await;
+    let port = served.addr.port();
+    // A page re-pointing its own name at 127.0.0.1 (DNS rebinding) sends its name as Host.
+    for path in ["/", "/api/events", "/healthz"] {
+        let response = client()
+            .get(served.url(path))
+            .header("host", format!("attacker.example:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 421, "{path}");
+        assert!(
+            response.headers().contains_key("content-security-policy"),
+            "{path}"
+        );
+        let body = response.text().await.unwrap();
+        assert!(body.contains("not a loopback name"), "{path}: {body}");
+    }
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let response = client()
+            .get(served.url("/api/events"))
+            .header("host", host.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{host}");
+    }
+    served.stop().await;
+    // allow_remote serves any name (behind a proxy that checks it).
+    let served = serve(&outbox, DashboardOptions::new().with_allow_remote(true)).await;
+    let response = client()
+        .get(served.url("/api/events"))
+        .header("host", "dashboard.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    served.stop().await;
+}
