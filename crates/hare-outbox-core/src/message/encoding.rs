@@ -38,6 +38,8 @@
 //! - a map key that is not text-like: a sequence, a struct, an `Option`, bytes, unit;
 //! - one key twice in one object (from a custom `Serialize` or `#[serde(flatten)]`): the second
 //!   value would silently replace the first;
+//! - arrays and objects nested more than [`MAX_NESTING`] (127) levels deep: serde_json, which the
+//!   relay reads events with, refuses deeper documents, so the event could never be delivered;
 //! - any error that the value's own `Serialize` reports (a `SystemTime` before 1970, a
 //!   `serde::ser::Error::custom`): its message, at the place it happened.
 //!
@@ -107,7 +109,40 @@ use serde_json::{Map, Number, Value};
 /// map key that is not text-like, a key repeated in one object, an error from the value's own
 /// `Serialize`. The error names the path of the refused value.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Value, EncodeError> {
-    value.serialize(Encoder).map_err(Failure::finish)
+    let value = value.serialize(Encoder).map_err(Failure::finish)?;
+    let depth = nesting(&value);
+    if depth > MAX_NESTING {
+        return Err(EncodeError {
+            path: "$".to_owned(),
+            kind: EncodeErrorKind::TooDeep,
+            message: format!(
+                "arrays and objects nest {depth} levels deep; at most {MAX_NESTING} are allowed, the most JSON readers such as serde_json take back"
+            ),
+        });
+    }
+    Ok(value)
+}
+
+/// The deepest nesting of arrays and objects [`encode`] accepts: serde_json (which the relay and
+/// most Rust consumers read events with) refuses deeper documents, so such an event could never
+/// be read back.
+pub const MAX_NESTING: usize = 127;
+
+/// How many arrays and objects nest in `value` at its deepest (0 for a scalar); iterative, so a
+/// deep value cannot overflow the stack.
+fn nesting(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    deepest
 }
 
 /// A value that [`encode`] refused: where it is and what is wrong with it.
@@ -165,6 +200,8 @@ pub enum EncodeErrorKind {
     /// A string (value or key) holding the NUL character U+0000, which PostgreSQL's `jsonb` and
     /// `text` cannot store; refused on every backend so an event is portable.
     NulCharacter,
+    /// Arrays and objects nested deeper than [`MAX_NESTING`] levels.
+    TooDeep,
 }
 
 /// The JSON path step `.name`, or `."name"` (JSON-quoted) when `name` is not a plain identifier.
@@ -928,6 +965,33 @@ mod tests {
     use std::collections::BTreeMap;
     use std::str::FromStr;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn nesting_is_limited_to_what_serde_json_reads_back() {
+        let nested = |levels: usize| {
+            let mut value = json!(1);
+            for i in 0..levels {
+                value = if i % 2 == 0 {
+                    json!([value])
+                } else {
+                    json!({ "a": value })
+                };
+            }
+            value
+        };
+        let deepest = ok(&nested(MAX_NESTING));
+        let text = serde_json::to_string(&deepest).unwrap();
+        assert!(serde_json::from_str::<Value>(&text).is_ok());
+        // One level more is what serde_json refuses to read; encode refuses to write it.
+        let text = serde_json::to_string(&nested(MAX_NESTING + 1)).unwrap();
+        assert!(serde_json::from_str::<Value>(&text).is_err());
+        let e = refused(&nested(MAX_NESTING + 1));
+        assert_eq!(e.kind(), EncodeErrorKind::TooDeep);
+        assert_eq!(e.path(), "$");
+        assert!(e.to_string().contains("128 levels"), "{e}");
+        assert_eq!(nesting(&json!(1)), 0);
+        assert_eq!(nesting(&json!({"a": [1, {"b": []}], "c": 2})), 4);
+    }
 
     fn refused(value: &impl Serialize) -> EncodeError {
         match encode(value) {
