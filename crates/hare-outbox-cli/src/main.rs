@@ -191,7 +191,8 @@ fn watch_signals(token: CancellationToken, what: &'static str) {
         token.cancel();
         let name = signals.next().await;
         eprintln!("hare-outbox: {name} received again: exiting without waiting");
-        std::process::exit(130);
+        // The shell's convention: 128 + the signal's number.
+        std::process::exit(if name == "SIGTERM" { 143 } else { 130 });
     });
 }
 

@@ -57,10 +57,10 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     }
 
     eprintln!(
-        "demo: {} document changes at {} per second into {}, subscriber refusing {:.0}% of deliveries; Ctrl-C stops early",
+        "demo: {} document changes at {} into {}, subscriber refusing {:.0}% of deliveries; Ctrl-C stops early",
         args.events,
         if args.rate > 0.0 {
-            format!("{}", args.rate)
+            format!("{} per second", args.rate)
         } else {
             "full speed".to_owned()
         },

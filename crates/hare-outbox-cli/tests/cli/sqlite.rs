@@ -192,3 +192,59 @@ async fn result_column_must_be_a_plain_name() {
     );
     assert!(!dir.path().join("erp.db").exists());
 }
+
+#[tokio::test]
+async fn a_second_sigterm_exits_at_once_with_143() {
+    use hare_outbox_testkit::http::{Behaviour, Receiver};
+    let dir = TempDir::new("sqlite-sigterm-twice");
+    let db = dir.path().join("erp.db");
+    // The receiver holds the request far longer than the test waits.
+    let receiver = Receiver::start(Behaviour::delayed(Duration::from_secs(120)));
+    dir.write(
+        "hare-outbox.toml",
+        &format!(
+            "database_url = \"sqlite:erp.db\"\n\n[relay]\npoll_interval_seconds = 0.1\nlease_seconds = 300\ndelivery_timeout_seconds = 200\n\n[delivery]\nkind = \"webhook\"\nurl = \"{}\"\n",
+            receiver.url("/hook")
+        ),
+    );
+    let (code, _, stderr) = run(
+        hare_outbox(dir.path()).arg("migrate"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let pool = hare_outbox::sqlite::connect(&format!("sqlite:{}", db.display()))
+        .await
+        .expect("open");
+    let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::default());
+    let mut tx = pool.begin().await.expect("begin");
+    outbox
+        .enqueue(&mut tx, OutboxMessage::new("doc.updated", json!({"id": 1})))
+        .await
+        .expect("enqueue");
+    tx.commit().await.expect("commit");
+    pool.close().await;
+
+    let mut relay = Proc::spawn(hare_outbox(dir.path()).arg("relay"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while receiver.request_count() == 0 {
+        assert!(std::time::Instant::now() < deadline, "{}", relay.stderr());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The first SIGTERM waits for the batch in flight…
+    relay.signal("TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !relay.stderr().contains("SIGTERM received") {
+        assert!(std::time::Instant::now() < deadline, "{}", relay.stderr());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // …the second one does not.
+    relay.signal("TERM");
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(143), "stderr:\n{}", relay.stderr());
+    assert!(
+        relay.stderr().contains("received again"),
+        "{}",
+        relay.stderr()
+    );
+}
