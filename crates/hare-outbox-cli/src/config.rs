@@ -232,6 +232,14 @@ pub fn resolve(
         .map_or_else(String::new, |p| format!(" in {}", p.display()));
     let mut warnings = Vec::new();
 
+    if let Some(url) = file.database_url.as_deref()
+        && redact_url(url) != url
+    {
+        return Err(usage(format!(
+            "database_url = {:?}{in_file} carries a password, and secrets are not read from the config file; give the URL in the environment variable HARE_OUTBOX_DATABASE_URL instead (or use a password file the driver reads, e.g. PostgreSQL's ~/.pgpass)",
+            redact_url(url)
+        )));
+    }
     let database = match non_empty(overrides.database_url).or(non_empty(file.database_url)) {
         Some(url) => Some(Database {
             kind: DbKind::from_url(&url)?,
@@ -456,6 +464,20 @@ mod tests {
             "{e:#}"
         );
         format!("{e:#}")
+    }
+
+    #[test]
+    fn a_database_password_in_the_file_is_refused_without_echoing_it() {
+        let e = error_text("database_url = \"postgres://app:hunter2@db:5432/erp\"\n");
+        assert!(e.contains("HARE_OUTBOX_DATABASE_URL"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        // From the environment (as an override) it is fine.
+        let overrides = Overrides {
+            database_url: Some("postgres://app:hunter2@db:5432/erp".to_owned()),
+            ..Overrides::default()
+        };
+        let settings = resolve(FileConfig::default(), None, overrides, &no_env).unwrap();
+        assert!(settings.database.is_some());
     }
 
     #[test]
