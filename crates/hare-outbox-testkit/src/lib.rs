@@ -1,6 +1,8 @@
 //! Test helpers of hare-outbox: isolated databases per test (a PostgreSQL schema, a SQLite file),
-//! a real HTTP receiver on loopback, recording deliveries. Not published.
+//! a real HTTP receiver on loopback, recording deliveries, and the conformance suites every database
+//! backend runs ([`conformance`]). Not published.
 
+pub mod conformance;
 pub mod http;
 pub mod logs;
 pub mod net;
