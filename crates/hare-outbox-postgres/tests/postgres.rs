@@ -354,16 +354,22 @@ async fn two_relays_share_a_table_and_keep_per_key_order() {
     }
     type Log = Arc<Mutex<Vec<(String, i64, String)>>>;
     let log: Log = Arc::new(Mutex::new(Vec::new()));
+    // Deliveries wait until both relays hold leases, so neither can drain the table alone
+    // before the other's first poll, however the two are scheduled.
+    let (open, gate) = tokio::sync::watch::channel(false);
     let relay = |name: &str| {
         let log = log.clone();
         let name = name.to_owned();
         let label = name.clone();
+        let gate = gate.clone();
         OutboxRelay::new(
             outbox.clone(),
             FnDelivery::new(move |e: OutboxEvent| {
                 let log = log.clone();
                 let label = label.clone();
+                let mut gate = gate.clone();
                 async move {
+                    let _ = gate.wait_for(|open| *open).await;
                     tokio::task::yield_now().await;
                     log.lock().unwrap().push((
                         e.ordering_key.unwrap_or_default(),
@@ -380,6 +386,23 @@ async fn two_relays_share_a_table_and_keep_per_key_order() {
     let (r1, r2) = (relay("relay-1"), relay("relay-2"));
     r1.start().unwrap();
     r2.start().unwrap();
+    let holders = format!(
+        "SELECT count(DISTINCT leased_by) FROM {} WHERE lease_until > now()",
+        outbox.table()
+    );
+    wait_for(
+        "both relays hold leases",
+        Duration::from_secs(60),
+        || async {
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(holders.clone()))
+                .fetch_one(&schema.pool)
+                .await
+                .ok()?;
+            (n >= 2).then_some(())
+        },
+    )
+    .await;
+    open.send_replace(true);
     wait_for("every event delivered", Duration::from_secs(60), || async {
         (log.lock().unwrap().len() >= EVENTS).then_some(())
     })
