@@ -994,10 +994,16 @@ fn trim_line_end(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
-/// Property names whose values are secrets: only from `properties_env`.
+/// Property names whose values are secrets: only from `properties_env`. Besides passwords and
+/// secrets, librdkafka's inline key material (`ssl.key.pem`, `ssl_key`, `ssl.keystore…`) and
+/// the OAuth bearer configuration.
 fn is_secret_property(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    lower.contains("password") || lower.contains("secret") || lower == "sasl.oauthbearer.config"
+    lower.contains("password")
+        || lower.contains("secret")
+        || lower.starts_with("ssl.key")
+        || lower == "ssl_key"
+        || lower == "sasl.oauthbearer.config"
 }
 
 /// librdkafka properties as (name, value) pairs, in order.
@@ -1904,5 +1910,16 @@ mod tests {
         )
         .unwrap();
         assert!(!format!("{:?}", s.delivery).contains("kafka-pw"));
+        // Inline key material is a secret too; the refusal does not echo it.
+        for name in ["ssl.key.pem", "ssl.key.password", "ssl.keystore.password"] {
+            let e = error_text(
+                &format!(
+                    "[delivery]\nkind = \"kafka\"\nbootstrap_servers = \"h:9092\"\nproperties = {{ \"{name}\" = \"-----BEGIN PRIVATE KEY-----\" }}\n"
+                ),
+                &no_env,
+            );
+            assert!(e.contains(name) && e.contains("properties_env"), "{e}");
+            assert!(!e.contains("BEGIN PRIVATE KEY"), "{e}");
+        }
     }
 }
