@@ -168,7 +168,7 @@ pub struct EventsArgs {
     pub object: Option<String>,
 
     /// Only events whose `author` header is exactly this
-    #[arg(long, value_name = "AUTHOR")]
+    #[arg(long, value_name = "AUTHOR", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub author: Option<String>,
 
     /// Only events created at or after this time: RFC 3339 (2026-11-30T10:00:00Z) or an age
@@ -193,7 +193,7 @@ pub struct EventsArgs {
     pub follow: bool,
 
     /// How often --follow looks for new events: seconds (0.5) or a duration (2s, 1m)
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::journal::parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", requires = "follow", value_parser = crate::journal::parse_interval)]
     pub interval: std::time::Duration,
 
     /// Print JSON lines (one event per line, with status, object and author) instead of a table

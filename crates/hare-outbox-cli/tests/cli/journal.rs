@@ -794,6 +794,8 @@ async fn bad_values_exit_2_naming_the_value_and_what_is_allowed() {
             &["events", "--follow", "--before", "3"],
             &["--before", "--follow"],
         ),
+        (&["events", "--interval", "2s"], &["--interval", "--follow"]),
+        (&["events", "--author", ""], &["--author"]),
         (&["cleanup", "--older-than", "x"], &["\"x\"", "7d"]),
         (
             &["cleanup", "--older-than", "7d", "--batch-size", "0"],
