@@ -84,6 +84,10 @@ pub(crate) async fn guard_mutation<B: Backend>(
     request: Request,
     next: Next,
 ) -> Response {
+    // Another method is answered by the route itself (405 with `Allow: POST`): nothing to guard.
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
     match check(state.options.token.as_deref(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(error) => error.into_response(),

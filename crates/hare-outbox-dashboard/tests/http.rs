@@ -433,6 +433,11 @@ async fn mutations_check_token_origin_and_method() {
     assert_eq!(r.status().as_u16(), 403);
     let r = http.get(&retry).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 405);
+    // Without a token too: the method is wrong whoever asks.
+    let r = http.get(&retry).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    let r = http.delete(&retry).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 405);
     let (_, backlog) = get_json(&served.url("/api/backlog")).await;
     assert_eq!(backlog["dead_lettered"], 3);
 
