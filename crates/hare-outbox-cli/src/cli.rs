@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use hare_outbox::EventStatus;
 
 /// The config file read when `--config` is not given and the file exists in the current directory.
 pub const DEFAULT_CONFIG_FILE: &str = "hare-outbox.toml";
@@ -125,31 +126,11 @@ pub enum DeadLettersCommand {
     Cleanup(CleanupArgs),
 }
 
-/// A status of the journal, as `--status` takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StatusArg {
-    /// Waiting for its first delivery.
-    Pending,
-    /// A relay holds a live lease on it.
-    Leased,
-    /// Failed at least once, waiting for its next attempt.
-    Retrying,
-    /// Out of attempts (a dead letter).
-    Dead,
-    /// Delivered.
-    Published,
-}
-
-impl From<StatusArg> for hare_outbox::EventStatus {
-    fn from(status: StatusArg) -> Self {
-        match status {
-            StatusArg::Pending => hare_outbox::EventStatus::Pending,
-            StatusArg::Leased => hare_outbox::EventStatus::Leased,
-            StatusArg::Retrying => hare_outbox::EventStatus::Retrying,
-            StatusArg::Dead => hare_outbox::EventStatus::Dead,
-            StatusArg::Published => hare_outbox::EventStatus::Published,
-        }
-    }
+/// `--status`: one of the journal's status names ([`EventStatus::name`]), listed in `--help`.
+fn status_parser() -> impl clap::builder::TypedValueParser<Value = EventStatus> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(EventStatus::ALL.map(EventStatus::name))
+        .try_map(|name| name.parse::<EventStatus>())
 }
 
 /// Options of `events`.
@@ -160,8 +141,8 @@ pub struct EventsArgs {
     pub topics: Vec<String>,
 
     /// Only events in this status; repeat for several
-    #[arg(long = "status", value_name = "STATUS", value_enum)]
-    pub statuses: Vec<StatusArg>,
+    #[arg(long = "status", value_name = "STATUS", value_parser = status_parser())]
+    pub statuses: Vec<EventStatus>,
 
     /// Only events about this captured object: `model` or `model #pk` (e.g. `sales_orders #22`)
     #[arg(long, value_name = "OBJECT")]

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use hare_outbox::backend::FinishedState;
 use hare_outbox::journal::{CleanupOutcome, Cursor, EventQuery, ObjectRef, author_of};
-use hare_outbox::{Backend, CancellationToken, EventStatus, Journal, OutboxEvent, TopicFilter};
+use hare_outbox::{Backend, CancellationToken, Journal, OutboxEvent, TopicFilter};
 use serde::Deserialize;
 
 use crate::cli::{BacklogArgs, CleanupArgs, EventsArgs, RetryArgs};
@@ -297,11 +297,11 @@ pub fn step(message: &str) -> indicatif::ProgressBar {
 /// A usage error naming the option and what is allowed.
 pub fn events_query(args: &EventsArgs) -> anyhow::Result<EventQuery> {
     check_topics("--topic", &args.topics)?;
-    let statuses: Vec<EventStatus> = args.statuses.iter().map(|s| (*s).into()).collect();
+    let statuses = &args.statuses;
     let mut query = EventQuery::new()
         .with_topics(&topic_refs(&args.topics))
         .context("--topic")?
-        .with_statuses(&statuses)
+        .with_statuses(statuses)
         .with_limit(args.limit)
         .context("--limit")?
         .with_created(args.since, args.until)
@@ -517,16 +517,6 @@ fn time_cell(time: Option<DateTime<Utc>>) -> String {
     )
 }
 
-fn status_name(status: EventStatus) -> &'static str {
-    match status {
-        EventStatus::Pending => "pending",
-        EventStatus::Leased => "leased",
-        EventStatus::Retrying => "retrying",
-        EventStatus::Dead => "dead",
-        EventStatus::Published => "published",
-    }
-}
-
 impl Printer {
     fn new(json: bool, first: &[OutboxEvent]) -> Printer {
         Printer {
@@ -569,7 +559,7 @@ impl Printer {
                 Left,
             ),
             cell(author_of(event).unwrap_or("-"), w.who, Left),
-            cell(status_name(event.status(now)), STATUS_WIDTH, Left),
+            cell(event.status(now).name(), STATUS_WIDTH, Left),
             cell(&event.attempts.to_string(), ATTEMPTS_WIDTH, Right),
         ]
         .join(GAP)

@@ -70,6 +70,57 @@ pub enum EventStatus {
     Published,
 }
 
+impl EventStatus {
+    /// Every status, in the order of an event's life as the journal lists them.
+    pub const ALL: [EventStatus; 5] = [
+        EventStatus::Pending,
+        EventStatus::Leased,
+        EventStatus::Retrying,
+        EventStatus::Dead,
+        EventStatus::Published,
+    ];
+
+    /// The name the journal, its API and the command write: `pending`, `leased`, `retrying`,
+    /// `dead` or `published` (the serde form too).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventStatus::Pending => "pending",
+            EventStatus::Leased => "leased",
+            EventStatus::Retrying => "retrying",
+            EventStatus::Dead => "dead",
+            EventStatus::Published => "published",
+        }
+    }
+}
+
+impl std::fmt::Display for EventStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for EventStatus {
+    type Err = crate::Error;
+
+    /// Reads a [`name`](EventStatus::name), ignoring ASCII case.
+    ///
+    /// # Errors
+    /// [`Error::Validation`](crate::Error::Validation) naming the text and the five names.
+    fn from_str(text: &str) -> crate::Result<Self> {
+        EventStatus::ALL
+            .into_iter()
+            .find(|status| status.name().eq_ignore_ascii_case(text.trim()))
+            .ok_or_else(|| {
+                crate::Error::validation(
+                    "status",
+                    format!(
+                        "status {text:?} is not known; use pending, leased, retrying, dead or published"
+                    ),
+                )
+            })
+    }
+}
+
 impl OutboxEvent {
     /// A never-stored event as a relay would hand it to a delivery: sequence 0, a fresh UUID v7,
     /// created now, no headers, no keys, never attempted. For testing deliveries — your own
@@ -150,6 +201,23 @@ fn header_text(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn status_names_read_back_and_match_the_serde_form() {
+        for status in EventStatus::ALL {
+            assert_eq!(status.name().parse::<EventStatus>().unwrap(), status);
+            assert_eq!(
+                status.name().to_uppercase().parse::<EventStatus>().unwrap(),
+                status
+            );
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(status.name())
+            );
+        }
+        let e = "nope".parse::<EventStatus>().unwrap_err().to_string();
+        assert!(e.contains("\"nope\"") && e.contains("published"), "{e}");
+    }
+
     use super::*;
     use serde_json::json;
 

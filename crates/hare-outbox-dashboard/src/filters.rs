@@ -30,23 +30,6 @@ impl FilterError {
     }
 }
 
-/// The statuses in the order the page lists them.
-pub(crate) const STATUSES: [(EventStatus, &str); 5] = [
-    (EventStatus::Pending, "pending"),
-    (EventStatus::Leased, "leased"),
-    (EventStatus::Retrying, "retrying"),
-    (EventStatus::Dead, "dead"),
-    (EventStatus::Published, "published"),
-];
-
-/// The name of a status as the API and the page write it.
-pub(crate) fn status_name(status: EventStatus) -> &'static str {
-    STATUSES
-        .iter()
-        .find(|(s, _)| *s == status)
-        .map_or("pending", |(_, name)| name)
-}
-
 /// The parameters a journal request may carry.
 const PARAMETERS: &str =
     "topic, status, object, author, created_from, created_until, before, after, limit";
@@ -87,19 +70,9 @@ impl Filters {
                 ),
                 "status" => {
                     for name in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        let status = STATUSES
-                            .iter()
-                            .find(|(_, n)| n.eq_ignore_ascii_case(name))
-                            .map(|(s, _)| *s)
-                            .ok_or_else(|| {
-                                FilterError::new(
-                                    "status",
-                                    format!(
-                                        "status {name:?} is not known; use pending, leased, \
-                                         retrying, dead or published"
-                                    ),
-                                )
-                            })?;
+                        let status = name
+                            .parse::<EventStatus>()
+                            .map_err(|e| FilterError::from_core("status", e))?;
                         if !filters.statuses.contains(&status) {
                             filters.statuses.push(status);
                         }
@@ -175,7 +148,7 @@ impl Filters {
             pairs.push(("topic", self.topics.join(",")));
         }
         for status in &self.statuses {
-            pairs.push(("status", status_name(*status).to_owned()));
+            pairs.push(("status", status.name().to_owned()));
         }
         for (key, value) in [
             ("object", &self.object),

@@ -5,13 +5,13 @@ use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use hare_outbox_core::Backend;
 use hare_outbox_core::journal::Cursor;
+use hare_outbox_core::{Backend, EventStatus};
 
 use crate::AppState;
 use crate::api::{ApiError, timeline_params};
 use crate::charts::{charts_svg, unavailable_svg};
-use crate::filters::{Filters, STATUSES};
+use crate::filters::Filters;
 use crate::view::{Change, EventStatusView, EventView, changes, compact};
 
 const SCRIPT: &str = include_str!("../assets/dashboard.js");
@@ -131,11 +131,11 @@ pub(crate) async fn journal<B: Backend>(
         title: state.options.title.clone(),
         table: state.journal.table().to_string(),
         topic: filters.topics.join(", "),
-        statuses: STATUSES
-            .iter()
-            .map(|(status, name)| StatusBox {
-                name,
-                checked: filters.statuses.contains(status),
+        statuses: EventStatus::ALL
+            .into_iter()
+            .map(|status| StatusBox {
+                name: status.name(),
+                checked: filters.statuses.contains(&status),
             })
             .collect(),
         object: filters.object.clone(),
