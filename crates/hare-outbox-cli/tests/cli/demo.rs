@@ -99,9 +99,14 @@ async fn demo_json_prints_events_and_a_summary_object() {
         .collect();
     let (last, events) = lines.split_last().expect("lines");
     let written = last["summary"]["written"].as_u64().expect("written");
+    let delivered = last["summary"]["delivered"].as_u64().expect("delivered");
+    let dead = last["summary"]["dead"].as_u64().expect("dead");
     assert!(written >= 20, "{last}");
-    assert_eq!(last["summary"]["delivered"], written, "{last}");
-    assert_eq!(events.len() as u64, written);
+    // A subscriber refusing 30% of attempts exhausts an event's five attempts now and then
+    // (0.3^5 per event): that event is a dead letter, every other one is delivered.
+    assert_eq!(delivered + dead, written, "{last}");
+    assert_eq!(last["summary"]["pending"], 0, "{last}");
+    assert_eq!(events.len() as u64, delivered);
     let mut updates = 0;
     for event in events {
         let payload = &event["payload"];
@@ -123,7 +128,10 @@ async fn demo_json_prints_events_and_a_summary_object() {
         );
         assert!(event["headers"]["author"].is_string(), "{event}");
     }
-    assert_eq!(updates, 20, "one update per change");
+    assert!(
+        updates <= 20 && updates + dead >= 20,
+        "one update per change: {updates} delivered, {dead} dead"
+    );
     assert!(dir.path().join("erp.db").is_file());
 }
 
