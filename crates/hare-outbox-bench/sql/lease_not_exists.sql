@@ -1,4 +1,5 @@
--- The formulation the PostgreSQL backend ships (queries/event_lease.sql, without the topic filter).
+-- The lease of issue 4 (one event per key, NOT EXISTS over earlier pending rows), replaced by the
+-- key walk of queries/event_lease.sql; kept as the comparison of the `lease` benchmark.
 WITH candidates AS (
     SELECT o.sequence FROM {table} o
     WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL

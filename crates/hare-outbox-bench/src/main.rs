@@ -200,28 +200,26 @@ impl Scratch {
 /// The floor: the backend's own lease and mark statements in a loop, no delivery.
 async fn floor(outbox: &Outbox<PgBackend>, batch: usize) -> Result<u64> {
     let mut done = 0u64;
+    let mut cursor = String::new();
     loop {
-        let now = chrono_now();
-        let params = EventLeaseParams::new(
-            now,
-            now + chrono::Duration::seconds(60),
-            "floor".into(),
-            batch as i64,
-        );
-        let events = outbox
+        let params = EventLeaseParams::new("floor".into(), batch as i64, Duration::from_secs(60))
+            .with_max_events_per_key(RelayConfig::default().max_events_per_key as i64)
+            .with_key_cursor(cursor.clone());
+        let leased = outbox
             .backend()
             .event_lease(outbox.table(), &params)
             .await?;
+        if let Some(next) = leased.key_cursor {
+            cursor = next;
+        }
+        let events = leased.events;
         if events.is_empty() {
             return Ok(done);
         }
         let sequences = events.iter().map(|e| e.sequence).collect();
         outbox
             .backend()
-            .event_mark_delivered(
-                outbox.table(),
-                &EventMarkDeliveredParams::new(sequences, chrono_now()),
-            )
+            .event_mark_delivered(outbox.table(), &EventMarkDeliveredParams::new(sequences))
             .await?;
         done += events.len() as u64;
     }
@@ -419,95 +417,140 @@ where
     Ok(total)
 }
 
-const FORMULATIONS: &[(&str, &str)] = &[
-    (
-        "NOT EXISTS (shipped)",
-        include_str!("../sql/lease_not_exists.sql"),
-    ),
-    (
-        "DISTINCT ON heads",
-        include_str!("../sql/lease_distinct_on.sql"),
-    ),
-    (
-        "recursive skip scan",
-        include_str!("../sql/lease_skip_scan.sql"),
-    ),
+/// The lease of issue 4 (one event per key, `NOT EXISTS` over earlier pending rows), kept to
+/// show what the shipped key walk replaced. Parameters: $1 now, $2 lease end, $3 relay, $4 batch.
+const BEFORE: &str = include_str!("../sql/lease_not_exists.sql");
+
+/// The lease formulations timed by `lease`: a label and, for the shipped statement, its
+/// `max_events_per_key` (`None` = [`BEFORE`]).
+const FORMULATIONS: &[(&str, Option<i64>)] = &[
+    ("key walk, runs of 100 (shipped)", Some(100)),
+    ("key walk, 1 per key (shipped)", Some(1)),
+    ("NOT EXISTS (before)", None),
 ];
 
 async fn lease(url: &str, pending: i64, keys: i64, published: i64, runs: usize) -> Result<()> {
     let scratch = Scratch::new(url).await?;
     println!(
-        "lease: {pending} pending events over {keys} keys; {published} published rows in the second table"
+        "lease: {pending} pending events on one key; {pending} pending over {keys} keys after \
+         {published} published rows"
     );
     let started = Instant::now();
-    scratch.backlog("plain", pending, keys).await?;
+    scratch.backlog("onekey", pending, 1).await?;
     scratch
         .backlog_with("full", pending, keys, 100, published)
-        .await?;
-    sqlx::query("VACUUM ANALYZE \"full\"")
-        .execute(&scratch.pool)
         .await?;
     println!("(setup took {:.0} s)", started.elapsed().as_secs_f64());
     println!();
     println!(
-        "{:<34} {:<22} {:>6} {:>12}",
-        "table", "formulation", "batch", "median ms"
+        "{:<38} {:<32} {:>6} {:>7} {:>10}",
+        "table", "formulation", "batch", "leased", "median ms"
     );
     let mut shapes = Vec::new();
-    for (table, label, heads_leased) in [
-        ("plain", "1M pending", false),
-        ("full", "1M pending + published", false),
-        ("full", "… + half the heads leased", true),
+    for (table, label, hold) in [
+        ("onekey", "1M pending, one key", Hold::Nothing),
+        (
+            "onekey",
+            "… its head leased by another relay",
+            Hold::EveryHead,
+        ),
+        ("full", "1M pending over keys + published", Hold::Nothing),
+        ("full", "… half the heads leased", Hold::HalfTheHeads),
     ] {
-        if heads_leased {
-            // Another relay holds the heads of every other key: the lease must look past them.
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE \"{table}\" SET lease_until = now() + interval '1 hour', leased_by = 'other' \
-                 WHERE sequence IN (SELECT min(sequence) FROM \"{table}\" \
-                 WHERE published_at IS NULL GROUP BY ordering_key HAVING substr(ordering_key, 2)::int % 2 = 0)"
-            )))
-            .execute(&scratch.pool)
-            .await?;
-        }
-        for (name, sql) in FORMULATIONS {
+        hold.apply(&scratch.pool, table).await?;
+        let quoted = format!("\"{table}\"");
+        for (name, per_key) in FORMULATIONS {
             for batch in [100i64, 1000] {
-                let statement = format!(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-                    sql.replace("{table}", &format!("\"{table}\""))
-                );
+                let sql = match per_key {
+                    Some(per_key) => hare_outbox::postgres::lease_statement(
+                        &OutboxTable::parse(table)?,
+                        batch,
+                        *per_key,
+                    ),
+                    None => BEFORE.replace("{table}", &quoted),
+                };
+                let statement = format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}");
                 let mut times = Vec::new();
                 let mut plan = serde_json::Value::Null;
                 for _ in 0..runs {
                     let mut tx = scratch.pool.begin().await?;
-                    let now = chrono_now();
-                    let (json,): (serde_json::Value,) =
-                        sqlx::query_as(sqlx::AssertSqlSafe(statement.clone()))
-                            .bind(now)
-                            .bind(now + chrono::Duration::seconds(60))
-                            .bind("bench")
-                            .bind(batch)
-                            .fetch_one(&mut *tx)
-                            .await?;
+                    let query = sqlx::query_as(sqlx::AssertSqlSafe(statement.clone()));
+                    let (json,): (serde_json::Value,) = match per_key {
+                        Some(_) => {
+                            let none: &[String] = &[];
+                            query
+                                .bind(None::<chrono::DateTime<chrono::Utc>>)
+                                .bind(60.0f64)
+                                .bind("bench")
+                                .bind("")
+                                .bind(true)
+                                .bind(none)
+                                .bind(none)
+                                .bind(none)
+                                .bind(none)
+                                .fetch_one(&mut *tx)
+                                .await?
+                        }
+                        None => {
+                            let now = chrono_now();
+                            query
+                                .bind(now)
+                                .bind(now + chrono::Duration::seconds(60))
+                                .bind("bench")
+                                .bind(batch)
+                                .fetch_one(&mut *tx)
+                                .await?
+                        }
+                    };
                     tx.rollback().await?;
                     times.push(json[0]["Execution Time"].as_f64().unwrap_or(f64::NAN));
                     plan = json[0]["Plan"].clone();
                 }
                 times.sort_by(f64::total_cmp);
                 let median = times[times.len() / 2];
-                println!("{label:<34} {name:<22} {batch:>6} {median:>12.2}");
-                if batch == 100 {
+                let leased = plan["Actual Rows"].as_f64().unwrap_or(f64::NAN);
+                println!("{label:<38} {name:<32} {batch:>6} {leased:>7.0} {median:>10.2}");
+                if batch == 100 && per_key == &Some(100) {
                     shapes.push(format!("{label} / {name}:\n{}", shape(&plan, 1)));
                 }
             }
         }
     }
     println!();
-    println!("EXPLAIN shapes (batch 100):");
+    println!("EXPLAIN shapes of the shipped statement (batch 100):");
     for s in shapes {
         println!("{s}");
     }
     scratch.drop().await;
     Ok(())
+}
+
+/// What another relay holds while a lease is timed.
+#[derive(Clone, Copy)]
+enum Hold {
+    Nothing,
+    /// The head of every key: a lease must find nothing, without walking the backlog.
+    EveryHead,
+    /// The heads of every other key (`k0`, `k2`, …).
+    HalfTheHeads,
+}
+
+impl Hold {
+    async fn apply(self, pool: &PgPool, table: &str) -> Result<()> {
+        let which = match self {
+            Hold::Nothing => return Ok(()),
+            Hold::EveryHead => "",
+            Hold::HalfTheHeads => "HAVING substr(ordering_key, 2)::int % 2 = 0",
+        };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE \"{table}\" SET lease_until = now() + interval '1 hour', leased_by = 'other' \
+             WHERE sequence IN (SELECT min(sequence) FROM \"{table}\" \
+             WHERE published_at IS NULL GROUP BY ordering_key {which})"
+        )))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
 }
 
 /// The plan tree as indented node names with the index used, one line per node.

@@ -6,10 +6,15 @@
 //! 2. latency commit → delivered (Rust-function delivery, poll interval 5 s) at 100 and 1,000
 //!    events/s for the in-process and the LISTEN/NOTIFY wake-ups; p50 and p99 of the steady
 //!    state (the first second of events, while the relay opens its connections and prepares its
-//!    statements, is not counted). The relay has a pool of its own, as in a deployment.
+//!    statements, is not counted). The relay has a pool of its own, as in a deployment;
+//! 3. a burst on one ordering key (seed 000: a document edited many times in a row): how long
+//!    after the last commit the burst's last event is delivered, LISTEN/NOTIFY after commit, poll
+//!    interval 5 s, the relay idle beforehand; 40 transactions of one event each committed back
+//!    to back, and one transaction of 40 events.
 //!
 //! ```text
 //! cargo run --release -p hare-outbox-bench --bin wakeup
+//! cargo run --release -p hare-outbox-bench --bin wakeup -- --parts burst
 //! ```
 
 use std::collections::HashMap;
@@ -66,6 +71,15 @@ struct Cli {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     rabbitmq_url: String,
+    /// Parts to run, comma-separated: `throughput`, `latency`, `burst`.
+    #[arg(long, value_delimiter = ',', default_values_t = ["throughput".to_owned(), "latency".to_owned(), "burst".to_owned()])]
+    parts: Vec<String>,
+    /// Events per burst (the `burst` part).
+    #[arg(long, default_value_t = 40)]
+    burst_events: usize,
+    /// Bursts per shape (the `burst` part).
+    #[arg(long, default_value_t = 5)]
+    bursts: usize,
     /// Kafka bootstrap servers of the signal-topic wake-up.
     #[arg(
         long,
@@ -394,7 +408,130 @@ async fn latency(cli: &Cli) -> Result<()> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
-    throughput(&cli).await?;
-    latency(&cli).await?;
+    for part in &cli.parts {
+        match part.as_str() {
+            "throughput" => throughput(&cli).await?,
+            "latency" => latency(&cli).await?,
+            "burst" => burst(&cli).await?,
+            other => anyhow::bail!("unknown part {other:?}: expected throughput, latency or burst"),
+        }
+    }
+    Ok(())
+}
+
+/// Part 3: bursts of `cli.burst_events` events on one key; prints the median and the worst time
+/// from the burst's last commit to its last delivery, in milliseconds.
+async fn burst(cli: &Cli) -> Result<()> {
+    let (pool, schema) = scratch(&cli.database_url, 4).await?;
+    let writer = outbox(cli, &pool, "outbox", Kind::NotifyAfterCommit, &schema)?;
+    writer.migrate().await?;
+    let relay_pool = pool_in(&cli.database_url, &schema, 4).await?;
+    let mut relay_outbox = Outbox::new(PgBackend::new(relay_pool.clone()), writer.table().clone());
+    if let Some(wakeup) = writer.wakeup() {
+        relay_outbox = relay_outbox.with_shared_wakeup(wakeup.clone())?;
+    }
+    let delivered: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
+    let sink = delivered.clone();
+    let relay = OutboxRelay::new(
+        relay_outbox,
+        FnDelivery::new(move |e: OutboxEvent| {
+            let sink = sink.clone();
+            async move {
+                let n = e.payload["n"].as_i64().unwrap_or(-1);
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((n, Instant::now()));
+                Ok(())
+            }
+        }),
+        RelayConfig::default()
+            .with_poll_interval(Duration::from_secs(5))
+            .with_backlog_interval(Duration::ZERO),
+    )?;
+    relay.start()?;
+    // Idle: the relay has subscribed and its first poll found nothing.
+    until(Duration::from_secs(10), || relay.stats().polls >= 1).await?;
+
+    println!();
+    println!(
+        "burst on one key: {} events, LISTEN/NOTIFY after commit, poll interval 5 s, {} bursts per shape",
+        cli.burst_events, cli.bursts
+    );
+    println!("{:<40} {:>12} {:>12}", "shape", "median ms", "worst ms");
+    let mut n: i64 = 0;
+    for one_transaction in [false, true] {
+        let mut lags = Vec::new();
+        for _ in 0..cli.bursts {
+            let mut tx = writer.begin().await?;
+            for i in 0..cli.burst_events {
+                if i > 0 && !one_transaction {
+                    tx.commit().await?;
+                    tx = writer.begin().await?;
+                }
+                tx.enqueue(
+                    OutboxMessage::new("doc.updated", json!({"n": n}))
+                        .ordering_key("sales_orders:22"),
+                )
+                .await?;
+                n += 1;
+            }
+            tx.commit().await?;
+            let committed = Instant::now();
+            let last = n - 1;
+            let last_delivery = || {
+                delivered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .find(|(m, _)| *m == last)
+                    .map(|(_, at)| *at)
+            };
+            until(Duration::from_secs(30), || last_delivery().is_some()).await?;
+            let done_at = last_delivery().unwrap_or(committed);
+            lags.push(done_at.saturating_duration_since(committed).as_secs_f64() * 1000.0);
+            // Idle again before the next burst: after the burst's polls, one found nothing.
+            let polls = relay.stats().polls;
+            until(Duration::from_secs(10), || relay.stats().polls >= polls + 2).await?;
+        }
+        lags.sort_by(f64::total_cmp);
+        let label = if one_transaction {
+            "one transaction of the whole burst"
+        } else {
+            "one transaction per event, back to back"
+        };
+        println!(
+            "{label:<40} {:>12.1} {:>12.1}",
+            percentile(&lags, 0.5),
+            percentile(&lags, 1.0)
+        );
+    }
+    relay.stop().await?;
+    let order: Vec<i64> = delivered
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(m, _)| *m)
+        .collect();
+    anyhow::ensure!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "the bursts were not delivered in order"
+    );
+    relay_pool.close().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// Polls `done` every millisecond until it holds; an error after `timeout`.
+async fn until(timeout: Duration, done: impl Fn() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        anyhow::ensure!(Instant::now() < deadline, "not done within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     Ok(())
 }
