@@ -63,10 +63,13 @@ pub struct FileConfig {
 pub struct RelaySection {
     /// Relay name written to `leased_by`.
     pub name: Option<String>,
-    /// Wait between polls that found less than a full batch.
+    /// Wait for a wake-up after a poll that leased nothing.
     pub poll_interval_seconds: Option<f64>,
     /// Most events leased per poll, 1 to 10000.
     pub batch_size: Option<i64>,
+    /// Most events of one ordering key per batch (an ordered run from the key's head), 1 to
+    /// 10000; 1 = one event per key per batch.
+    pub max_events_per_key: Option<i64>,
     /// Attempts before an event is dead-lettered.
     pub max_delivery_attempts: Option<i64>,
     /// First retry delay, doubled per attempt.
@@ -405,6 +408,9 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
     if let Some(v) = section.batch_size {
         config = config.with_batch_size(count("batch_size", v, "1 to 10000")?);
     }
+    if let Some(v) = section.max_events_per_key {
+        config = config.with_max_events_per_key(count("max_events_per_key", v, "1 to 10000")?);
+    }
     if let Some(v) = section.max_delivery_attempts {
         config = config.with_max_delivery_attempts(count("max_delivery_attempts", v, "1 or more")?);
     }
@@ -727,6 +733,7 @@ mod tests {
 
         assert!(error_text("[relay]\nbatch_size = 0").contains("batch_size"));
         assert!(error_text("[relay]\nbatch_size = -5").contains("batch_size"));
+        assert!(error_text("[relay]\nmax_events_per_key = 0").contains("max_events_per_key"));
         assert!(error_text("[relay]\nlease_seconds = 0").contains("lease_seconds"));
         assert!(
             error_text("[relay]\nlease_seconds = 10\ndelivery_timeout_seconds = 10")

@@ -1417,6 +1417,21 @@ impl Delivery for Shared {
         self.inner.deliver_batch(events, concurrency, timeout).await
     }
 
+    async fn deliver_batch_reported(
+        &self,
+        events: &[OutboxEvent],
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<hare_outbox::DeliveryReport> {
+        self.inner
+            .deliver_batch_reported(events, concurrency, timeout)
+            .await
+    }
+
+    fn keeps_key_order(&self) -> bool {
+        self.inner.keeps_key_order()
+    }
+
     async fn close(&self) -> Result<(), DeliveryError> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());

@@ -72,18 +72,31 @@ pub struct Inserted {
     pub created: bool,
 }
 
-/// Lease the next batch (DESIGN §7 step 1–2).
+/// Lease the next batch (DESIGN §7 steps 1–2; `docs/state_machine.md`).
+///
+/// The batch holds, per ordering key, an ordered run: the key's head (its first undelivered
+/// event) and up to `max_events_per_key - 1` of its next events, in sequence order, stopping
+/// before the first that may not be leased. Events without a key are taken in sequence order.
+/// Finding heads walks the distinct keys from `key_cursor` (wrapping around), so one statement
+/// costs O(batch) whatever the backlog of one key.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EventLeaseParams {
-    /// The relay's clock: events due at or before it, leases expired before it.
-    pub now: DateTime<Utc>,
-    /// The new lease end.
-    pub lease_until: DateTime<Utc>,
+    /// The clock events are judged by (due, lease expired) and the lease runs from; `None` = the
+    /// database's clock, so relays with skewed clocks agree (tests pass a time).
+    pub now: Option<DateTime<Utc>>,
+    /// How long the lease lasts from `now`.
+    pub lease: std::time::Duration,
     /// The relay name written to `leased_by`.
     pub leased_by: String,
     /// At most this many events (the relay's batch size).
     pub limit: i64,
+    /// At most this many events of one ordering key (its head and the run after it). At least 1;
+    /// 1 leases heads only. Defaults to 1.
+    pub max_events_per_key: i64,
+    /// Where the walk over ordering keys starts: after this key (the last one the previous lease
+    /// returned, [`LeasedBatch::key_cursor`]). Defaults to `""`, the first key.
+    pub key_cursor: String,
     /// Only events of these topics. Defaults to every topic.
     pub topics: TopicFilter,
 }
@@ -94,6 +107,54 @@ impl EventLeaseParams {
         self.topics = topics;
         self
     }
+
+    /// Judges and leases by `now` instead of the database's clock.
+    pub fn with_now(mut self, now: DateTime<Utc>) -> Self {
+        self.now = Some(now);
+        self
+    }
+
+    /// Sets [`EventLeaseParams::max_events_per_key`] (values below 1 count as 1).
+    pub fn with_max_events_per_key(mut self, max: i64) -> Self {
+        self.max_events_per_key = max.max(1);
+        self
+    }
+
+    /// Sets [`EventLeaseParams::key_cursor`].
+    pub fn with_key_cursor(mut self, cursor: impl Into<String>) -> Self {
+        self.key_cursor = cursor.into();
+        self
+    }
+}
+
+/// What one lease returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct LeasedBatch {
+    /// The leased events in sequence order.
+    pub events: Vec<OutboxEvent>,
+    /// The ordering key the next lease's walk should start after; `None` when no keyed event
+    /// was leased (keep the previous cursor).
+    pub key_cursor: Option<String>,
+}
+
+impl LeasedBatch {
+    /// A batch of `events` (sorted here by sequence) and the next cursor.
+    pub fn new(mut events: Vec<OutboxEvent>, key_cursor: Option<String>) -> Self {
+        events.sort_by_key(|e| e.sequence);
+        LeasedBatch { events, key_cursor }
+    }
+}
+
+/// Release leased events without counting an attempt: the rest of a run after a failure, so the
+/// key keeps its order (the events are leased again from the key's head).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventReleaseParams {
+    /// Sequences to release.
+    pub sequences: Vec<i64>,
+    /// The relay holding them; rows another relay holds are left alone.
+    pub leased_by: String,
 }
 
 /// Return dead-lettered events to the queue with their attempts reset to 0.
@@ -158,8 +219,10 @@ pub struct EventLeaseExtendParams {
     pub sequences: Vec<i64>,
     /// The relay holding them.
     pub leased_by: String,
-    /// The new lease end.
-    pub lease_until: DateTime<Utc>,
+    /// The new lease lasts this long from `now`.
+    pub lease: std::time::Duration,
+    /// The clock; `None` = the database's.
+    pub now: Option<DateTime<Utc>>,
 }
 
 /// Mark events delivered.
@@ -168,8 +231,8 @@ pub struct EventLeaseExtendParams {
 pub struct EventMarkDeliveredParams {
     /// Sequences of the delivered events.
     pub sequences: Vec<i64>,
-    /// The relay's clock, written to `published_at`.
-    pub now: DateTime<Utc>,
+    /// The time written to `published_at`; `None` = the database's clock.
+    pub now: Option<DateTime<Utc>>,
     /// The extra JSON column that receives each attempt's record
     /// ([`RelayConfig::result_column`](crate::RelayConfig)); `None` writes no record.
     pub result_column: Option<String>,
@@ -188,10 +251,8 @@ pub struct EventFailure {
     pub attempts: i32,
     /// The error text.
     pub error: String,
-    /// When to try again; `None` when dead-lettered.
-    pub next_attempt_at: Option<DateTime<Utc>>,
-    /// `Some(now)` when the event ran out of attempts.
-    pub dead_lettered_at: Option<DateTime<Utc>>,
+    /// Try again this long after the mark's clock; `None` dead-letters the event at that time.
+    pub retry_in: Option<std::time::Duration>,
     /// The attempt's record for [`EventMarkFailedParams::result_column`]; `None` leaves the
     /// column as it was.
     pub result: Option<Value>,
@@ -208,6 +269,8 @@ pub struct EventMarkFailedParams {
     /// The extra JSON column that receives each failure's [`EventFailure::result`]
     /// ([`RelayConfig::result_column`](crate::RelayConfig)); `None` writes no record.
     pub result_column: Option<String>,
+    /// The clock `next_attempt_at` and `dead_lettered_at` count from; `None` = the database's.
+    pub now: Option<DateTime<Utc>>,
 }
 
 macro_rules! params_new {
@@ -244,18 +307,16 @@ impl EventInsertParams {
     }
 }
 impl EventLeaseParams {
-    /// Builds the parameters for every topic; narrow them with [`EventLeaseParams::with_topics`].
-    pub fn new(
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        leased_by: String,
-        limit: i64,
-    ) -> Self {
+    /// Builds the parameters for every topic at the database's clock, one event per key; narrow
+    /// them with the `with_*` methods.
+    pub fn new(leased_by: String, limit: i64, lease: std::time::Duration) -> Self {
         EventLeaseParams {
-            now,
-            lease_until,
+            now: None,
+            lease,
             leased_by,
             limit,
+            max_events_per_key: 1,
+            key_cursor: String::new(),
             topics: TopicFilter::all(),
         }
     }
@@ -263,17 +324,40 @@ impl EventLeaseParams {
 params_new!(EventRetryDeadLetteredParams { topics: TopicFilter, ids: Option<Vec<Uuid>> });
 params_new!(EventDeleteFinishedParams { state: FinishedState, before: DateTime<Utc>, topics: TopicFilter, limit: i64 });
 params_new!(BacklogParams { topics: TopicFilter, now: DateTime<Utc> });
-params_new!(EventLeaseExtendParams { sequences: Vec<i64>, leased_by: String, lease_until: DateTime<Utc> });
+params_new!(EventReleaseParams { sequences: Vec<i64>, leased_by: String });
+impl EventLeaseExtendParams {
+    /// Builds the parameters at the database's clock.
+    pub fn new(sequences: Vec<i64>, leased_by: String, lease: std::time::Duration) -> Self {
+        EventLeaseExtendParams {
+            sequences,
+            leased_by,
+            lease,
+            now: None,
+        }
+    }
+
+    /// Extends from `now` instead of the database's clock.
+    pub fn with_now(mut self, now: DateTime<Utc>) -> Self {
+        self.now = Some(now);
+        self
+    }
+}
 impl EventMarkDeliveredParams {
     /// Builds the parameters without result records; add them with
-    /// [`EventMarkDeliveredParams::with_results`].
-    pub fn new(sequences: Vec<i64>, now: DateTime<Utc>) -> Self {
+    /// [`EventMarkDeliveredParams::with_results`]. Marks at the database's clock.
+    pub fn new(sequences: Vec<i64>) -> Self {
         EventMarkDeliveredParams {
             sequences,
-            now,
+            now: None,
             result_column: None,
             results: Vec::new(),
         }
+    }
+
+    /// Marks at `now` instead of the database's clock.
+    pub fn with_now(mut self, now: DateTime<Utc>) -> Self {
+        self.now = Some(now);
+        self
     }
 
     /// Writes `results` (one per sequence, in order) to the extra JSON column `column`.
@@ -284,20 +368,30 @@ impl EventMarkDeliveredParams {
     }
 }
 impl EventFailure {
-    /// Builds the failure without a result record; add one with [`EventFailure::with_result`].
-    pub fn new(
+    /// A failure to retry `retry_in` after the mark's clock, without a result record; add one
+    /// with [`EventFailure::with_result`].
+    pub fn retry(
         sequence: i64,
         attempts: i32,
         error: String,
-        next_attempt_at: Option<DateTime<Utc>>,
-        dead_lettered_at: Option<DateTime<Utc>>,
+        retry_in: std::time::Duration,
     ) -> Self {
         EventFailure {
             sequence,
             attempts,
             error,
-            next_attempt_at,
-            dead_lettered_at,
+            retry_in: Some(retry_in),
+            result: None,
+        }
+    }
+
+    /// A failure that dead-letters the event at the mark's clock.
+    pub fn dead(sequence: i64, attempts: i32, error: String) -> Self {
+        EventFailure {
+            sequence,
+            attempts,
+            error,
+            retry_in: None,
             result: None,
         }
     }
@@ -316,7 +410,14 @@ impl EventMarkFailedParams {
             failures,
             leased_by,
             result_column: None,
+            now: None,
         }
+    }
+
+    /// Counts from `now` instead of the database's clock.
+    pub fn with_now(mut self, now: DateTime<Utc>) -> Self {
+        self.now = Some(now);
+        self
     }
 
     /// Writes each failure's [`EventFailure::result`] to the extra JSON column `column`.
@@ -419,7 +520,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
         &self,
         table: &OutboxTable,
         params: &EventLeaseParams,
-    ) -> Result<Vec<OutboxEvent>>;
+    ) -> Result<LeasedBatch>;
+
+    /// Releases leased events without counting an attempt; returns the number of rows released.
+    async fn event_lease_release(
+        &self,
+        table: &OutboxTable,
+        params: &EventReleaseParams,
+    ) -> Result<u64>;
 
     /// Extends the lease of a batch in flight; returns the number of rows still held.
     async fn event_lease_extend(

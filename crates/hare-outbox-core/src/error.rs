@@ -88,6 +88,7 @@ pub struct DeliveryError {
     message: String,
     #[source]
     source: Option<BoxError>,
+    not_attempted: bool,
 }
 
 impl DeliveryError {
@@ -96,7 +97,22 @@ impl DeliveryError {
         DeliveryError {
             message: message.into(),
             source: None,
+            not_attempted: false,
         }
+    }
+
+    /// The event was not sent at all, e.g. because an earlier event of its ordering key in the
+    /// same batch failed: the relay releases it without counting an attempt.
+    pub fn not_attempted(message: impl Into<String>) -> Self {
+        DeliveryError {
+            not_attempted: true,
+            ..DeliveryError::new(message)
+        }
+    }
+
+    /// Whether this is a [`DeliveryError::not_attempted`].
+    pub fn is_not_attempted(&self) -> bool {
+        self.not_attempted
     }
 
     /// A failure described by `message`, caused by `source` (kept as [`std::error::Error::source`]).
@@ -104,6 +120,7 @@ impl DeliveryError {
         DeliveryError {
             message: message.into(),
             source: Some(source.into()),
+            not_attempted: false,
         }
     }
 

@@ -415,6 +415,14 @@ impl Delivery for KafkaDelivery {
         self.send(events, timeout.min(self.timeout)).await
     }
 
+    /// `true`: a key's run goes out in batch order to one partition (the key's murmur2
+    /// partition) through the idempotent producer (`enable.idempotence`, `acks=all`), which keeps
+    /// the order of a partition's messages across its own retries. When an event fails, later
+    /// events of its key may already be written; the relay resends them after the failed one.
+    fn keeps_key_order(&self) -> bool {
+        true
+    }
+
     /// Waits (at most the timeout) for messages still in flight.
     async fn close(&self) -> Result<(), DeliveryError> {
         let producer = self

@@ -457,6 +457,15 @@ impl Delivery for NatsDelivery {
         self.send(events, timeout.min(self.timeout)).await
     }
 
+    /// `true`: a batch is published in order on one connection, and the server appends a
+    /// subject's messages to the stream in the order they arrive on it. When an event fails
+    /// (its acknowledgement did not come), later events of its key may already be stored; the
+    /// relay resends them after the failed one (the stream drops copies by `Nats-Msg-Id` within
+    /// its duplicate window).
+    fn keeps_key_order(&self) -> bool {
+        true
+    }
+
     /// Flushes and drops the connection this delivery opened (a client passed to
     /// [`NatsDelivery::from_client`] stays open); a later call connects again.
     async fn close(&self) -> Result<(), DeliveryError> {

@@ -1,8 +1,8 @@
 -- event_mark_delivered that also stores each attempt's record in the result column
--- {result_column}: $1 sequences, $2 now, $3 records as JSON text (NULL keeps the column).
+-- {result_column}: $1 sequences, $2 the clock (NULL = the database's now()), $3 records as JSON text (NULL keeps the column).
 -- An event another relay already published keeps its first published_at and its record.
 UPDATE {table} t
-SET published_at = $2,
+SET published_at = COALESCE($2::timestamptz, now()),
     lease_until = NULL,
     leased_by = NULL,
     dead_lettered_at = NULL,

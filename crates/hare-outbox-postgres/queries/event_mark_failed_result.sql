@@ -4,11 +4,11 @@
 UPDATE {table} t
 SET attempts = f.attempts,
     last_error = f.error,
-    next_attempt_at = f.next_attempt_at,
-    dead_lettered_at = f.dead_lettered_at,
+    next_attempt_at = COALESCE($5::timestamptz, now()) + f.retry_in * interval '1 second',
+    dead_lettered_at = CASE WHEN f.retry_in IS NULL THEN COALESCE($5::timestamptz, now()) END,
     lease_until = NULL,
     leased_by = NULL,
     {result_column} = COALESCE(f.result::jsonb, t.{result_column})
-FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::timestamptz[], $5::timestamptz[], $7::text[])
-    AS f(sequence, attempts, error, next_attempt_at, dead_lettered_at, result)
+FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::float8[], $7::text[])
+    AS f(sequence, attempts, error, retry_in, result)
 WHERE t.sequence = f.sequence AND t.leased_by = $6 AND t.published_at IS NULL

@@ -34,8 +34,8 @@ use chrono::{DateTime, Utc};
 use hare_outbox_core::backend::Inserted;
 use hare_outbox_core::backend::{
     BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
-    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
-    EventRetryDeadLetteredParams, FinishedState,
+    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams,
+    EventRetryDeadLetteredParams, FinishedState, LeasedBatch,
 };
 use hare_outbox_core::{
     Backend, Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, OutboxEvent, OutboxTable,
@@ -51,6 +51,17 @@ use uuid::Uuid;
 pub use error::translate;
 use sql::Statements;
 pub use wakeup::{DEFAULT_CHANNEL, ListenNotifyWakeup, MAX_LISTEN_FAILURES, NotifyMode};
+
+/// The relay's lease statement for `table`, rendered as the backend runs it: at most `limit`
+/// events, at most `max_events_per_key` of one ordering key. Its nine parameters are those of
+/// `queries/event_lease.sql` (clock, lease seconds, relay name, key cursor, topic filter).
+/// For benchmarks and `EXPLAIN`; not a stable interface.
+#[doc(hidden)]
+pub fn lease_statement(table: &OutboxTable, limit: i64, max_events_per_key: i64) -> String {
+    Statements::for_table(table)
+        .event_lease(limit, max_events_per_key)
+        .to_string()
+}
 
 /// The PostgreSQL backend: a pool for the relay's statements; enqueue uses the caller's
 /// connection (`&mut PgConnection`, e.g. `&mut *tx`).
@@ -256,32 +267,46 @@ impl Backend for PgBackend {
             .collect()
     }
 
+    /// The lease of `event_lease.sql`: one statement, O(batch) whatever one key's backlog, judged
+    /// at the database's clock unless the params carry one.
     async fn event_lease(
         &self,
         table: &OutboxTable,
         params: &EventLeaseParams,
-    ) -> Result<Vec<OutboxEvent>> {
+    ) -> Result<LeasedBatch> {
         let statements = Statements::for_table(table);
-        let query = sqlx::query(AssertSqlSafe(statements.event_lease.clone()))
-            .bind(params.now)
-            .bind(params.lease_until)
-            .bind(&params.leased_by)
-            .bind(params.limit);
+        let query = sqlx::query(AssertSqlSafe(
+            statements.event_lease(params.limit, params.max_events_per_key),
+        ))
+        .bind(params.now)
+        .bind(params.lease.as_secs_f64())
+        .bind(&params.leased_by)
+        .bind(&params.key_cursor);
         let rows = bind_topics(query, &params.topics)
             .fetch_all(&self.pool)
             .await
             .map_err(translate)?;
+        let key_cursor = match rows.first() {
+            Some(row) => row.try_get("key_cursor").map_err(translate)?,
+            None => None,
+        };
         // A row that cannot be read (a payload nested deeper than the JSON reader allows, say)
         // would fail every lease and stop the relay: it is dead-lettered with the reason
         // instead, holding back only its own key, and the rest of the batch goes on.
         let mut events = Vec::with_capacity(rows.len());
         let mut unreadable: Vec<(i64, i32, String)> = Vec::new();
+        // The first unreadable sequence per ordering key: the run behind it is released.
+        let mut blocked: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
         for row in &rows {
             match decode(table, row) {
                 Ok(event) => events.push(event),
                 Err(error) => {
                     let sequence: i64 = row.try_get("sequence").map_err(translate)?;
                     let attempts: i32 = row.try_get("attempts").map_err(translate)?;
+                    if let Ok(Some(key)) = row.try_get::<Option<String>, _>("ordering_key") {
+                        let first = blocked.entry(key).or_insert(sequence);
+                        *first = (*first).min(sequence);
+                    }
                     unreadable.push((
                         sequence,
                         attempts,
@@ -290,6 +315,13 @@ impl Backend for PgBackend {
                 }
             }
         }
+        let (events, behind): (Vec<OutboxEvent>, Vec<OutboxEvent>) =
+            events.into_iter().partition(|e| {
+                e.ordering_key
+                    .as_ref()
+                    .and_then(|k| blocked.get(k))
+                    .is_none_or(|&first| e.sequence < first)
+            });
         if !unreadable.is_empty() {
             let n = unreadable.len();
             let (sequences, rest): (Vec<i64>, Vec<(i32, String)>) = unreadable
@@ -297,21 +329,41 @@ impl Backend for PgBackend {
                 .map(|(sequence, attempts, error)| (sequence, (attempts, error)))
                 .unzip();
             let (attempts, errors): (Vec<i32>, Vec<String>) = rest.into_iter().unzip();
-            sqlx::query(AssertSqlSafe(
-                Statements::for_table(table).event_mark_failed.clone(),
-            ))
-            .bind(sequences)
-            .bind(attempts)
-            .bind(errors)
-            .bind(vec![None::<DateTime<Utc>>; n])
-            .bind(vec![Some(params.now); n])
-            .bind(&params.leased_by)
-            .execute(&self.pool)
-            .await
-            .map_err(translate)?;
+            sqlx::query(AssertSqlSafe(statements.event_mark_failed.clone()))
+                .bind(sequences)
+                .bind(attempts)
+                .bind(errors)
+                .bind(vec![None::<f64>; n])
+                .bind(params.now)
+                .bind(&params.leased_by)
+                .execute(&self.pool)
+                .await
+                .map_err(translate)?;
         }
-        events.sort_by_key(|e| e.sequence);
-        Ok(events)
+        if !behind.is_empty() {
+            let release = EventReleaseParams::new(
+                behind.iter().map(|e| e.sequence).collect(),
+                params.leased_by.clone(),
+            );
+            self.event_lease_release(table, &release).await?;
+        }
+        Ok(LeasedBatch::new(events, key_cursor))
+    }
+
+    async fn event_lease_release(
+        &self,
+        table: &OutboxTable,
+        params: &EventReleaseParams,
+    ) -> Result<u64> {
+        let done = sqlx::query(AssertSqlSafe(
+            Statements::for_table(table).event_lease_release.clone(),
+        ))
+        .bind(&params.sequences)
+        .bind(&params.leased_by)
+        .execute(&self.pool)
+        .await
+        .map_err(translate)?;
+        Ok(done.rows_affected())
     }
 
     async fn event_lease_extend(
@@ -324,7 +376,8 @@ impl Backend for PgBackend {
         ))
         .bind(&params.sequences)
         .bind(&params.leased_by)
-        .bind(params.lease_until)
+        .bind(params.lease.as_secs_f64())
+        .bind(params.now)
         .execute(&self.pool)
         .await
         .map_err(translate)?;
@@ -383,8 +436,10 @@ impl Backend for PgBackend {
             .iter()
             .map(|x| x.error.replace('\0', "\u{FFFD}"))
             .collect();
-        let next: Vec<Option<DateTime<Utc>>> = f.iter().map(|x| x.next_attempt_at).collect();
-        let dead: Vec<Option<DateTime<Utc>>> = f.iter().map(|x| x.dead_lettered_at).collect();
+        let retry_in: Vec<Option<f64>> = f
+            .iter()
+            .map(|x| x.retry_in.map(|d| d.as_secs_f64()))
+            .collect();
         let statements = Statements::for_table(table);
         let sql: std::sync::Arc<str> = match &params.result_column {
             Some(column) => {
@@ -396,8 +451,8 @@ impl Backend for PgBackend {
             .bind(sequences)
             .bind(attempts)
             .bind(errors)
-            .bind(next)
-            .bind(dead)
+            .bind(retry_in)
+            .bind(params.now)
             .bind(&params.leased_by);
         if params.result_column.is_some() {
             let records: Vec<Option<String>> = f

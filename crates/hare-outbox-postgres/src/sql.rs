@@ -37,8 +37,10 @@ pub(crate) struct Statements {
     pub(crate) event_list_before: Arc<str>,
     pub(crate) event_timeline: Arc<str>,
     pub(crate) event_timeline_latency: Arc<str>,
-    pub(crate) event_lease: Arc<str>,
+    /// With `{limit}` and `{run_limit}` left for [`Statements::event_lease`].
+    event_lease: String,
     pub(crate) event_lease_extend: Arc<str>,
+    pub(crate) event_lease_release: Arc<str>,
     pub(crate) event_mark_delivered: Arc<str>,
     pub(crate) event_mark_failed: Arc<str>,
     /// With a `{result_column}` placeholder left for [`with_result_column`].
@@ -51,6 +53,8 @@ pub(crate) struct Statements {
     pub(crate) backlog: Arc<str>,
     /// Rendered inserts by (multi-row?, extra columns).
     inserts: Mutex<HashMap<InsertKey, Arc<str>>>,
+    /// Rendered leases by (batch size, run limit).
+    leases: Mutex<HashMap<(i64, i64), Arc<str>>>,
 }
 
 /// (multi-row?, extra columns) of a rendered insert.
@@ -161,8 +165,9 @@ impl Statements {
             event_list_before: list("<", "DESC"),
             event_timeline: r(include_str!("../queries/event_timeline.sql")),
             event_timeline_latency: r(include_str!("../queries/event_timeline_latency.sql")),
-            event_lease: r(include_str!("../queries/event_lease.sql")),
+            event_lease: lease_template(&render(include_str!("../queries/event_lease.sql"))),
             event_lease_extend: r(include_str!("../queries/event_lease_extend.sql")),
+            event_lease_release: r(include_str!("../queries/event_lease_release.sql")),
             event_mark_delivered: r(include_str!("../queries/event_mark_delivered.sql")),
             event_mark_failed: r(include_str!("../queries/event_mark_failed.sql")),
             event_mark_delivered_result: render(include_str!(
@@ -178,8 +183,26 @@ impl Statements {
             )),
             backlog: r(include_str!("../queries/backlog.sql")),
             inserts: Mutex::default(),
+            leases: Mutex::default(),
         }
     }
+}
+
+/// The lease template with each `{ready:ALIAS}` replaced by the readiness test of that alias
+/// (`queries/event_ready.sql`); `{limit}` and `{run_limit}` stay.
+fn lease_template(sql: &str) -> String {
+    let ready = include_str!("../queries/event_ready.sql");
+    // Drop the comment lines of the fragment; it is spliced into expressions.
+    let ready: String = ready
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = sql.to_owned();
+    for alias in ["k", "o", "e", "u"] {
+        out = out.replace(&format!("{{ready:{alias}}}"), &ready.replace("{a}", alias));
+    }
+    out
 }
 
 /// `sql` with its `{result_column}` placeholder replaced by the quoted `column`.
@@ -250,6 +273,24 @@ fn insert_columns(extra: &[&str]) -> String {
 }
 
 impl Statements {
+    /// The lease of `limit` events with at most `per_key` per ordering key (cached). Both are
+    /// integers from a validated relay configuration, rendered as literals so PostgreSQL plans
+    /// with them.
+    pub(crate) fn event_lease(&self, limit: i64, per_key: i64) -> Arc<str> {
+        let limit = limit.max(1);
+        let run_limit = (per_key.max(1) - 1).min(limit - 1).max(0);
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        leases
+            .entry((limit, run_limit))
+            .or_insert_with(|| {
+                self.event_lease
+                    .replace("{limit}", &limit.to_string())
+                    .replace("{run_limit}", &run_limit.to_string())
+                    .into()
+            })
+            .clone()
+    }
+
     /// The single-row insert for a message setting the `extra` columns.
     /// A rendered insert from the cache, rendering it with `make` on first use.
     fn insert_cached(&self, many: bool, extra: &[&str], make: impl FnOnce() -> String) -> Arc<str> {
@@ -318,8 +359,10 @@ mod tests {
             s.schema
                 .contains("\"events_pending_idx\" ON \"billing\".\"events\"")
         );
+        let lease = s.event_lease(100, 10);
+        assert!(lease.contains("LIMIT 9") && lease.contains("w.found < 100"));
         for sql in [
-            &s.event_lease,
+            &lease,
             &s.event_list_after,
             &s.event_list_before,
             &s.event_timeline,

@@ -168,8 +168,8 @@ async fn retrying_a_dead_letter_releases_its_key() {
         Some("refused"),
         "the last error is kept for the record"
     );
-    assert_eq!(fixed.poll_once().await.unwrap().delivered, 1);
-    assert_eq!(fixed.poll_once().await.unwrap().delivered, 1);
+    // One poll takes the key's run in order: the retried head, then the event it held back.
+    assert_eq!(fixed.poll_once().await.unwrap().delivered, 2);
     assert_eq!(*seen.lock().unwrap(), ["poison", "ok"]);
     schema.drop_schema().await;
 }

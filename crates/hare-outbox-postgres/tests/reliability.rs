@@ -24,11 +24,22 @@ fn fast() -> RelayConfig {
         .with_retry_base(Duration::from_millis(50))
 }
 
-/// 4 relays, 100,000 events over 1,000 keys: every event delivered once, per-key order kept.
+/// 4 relays, 100,000 events over 1,000 keys, with ordered runs: every event delivered once,
+/// per-key order kept, every relay takes a share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_relays_deliver_100k_events_once_each_in_key_order() {
-    const EVENTS: i64 = 100_000;
-    const KEYS: i64 = 1_000;
+    four_relays_drain(100_000, 1_000).await;
+}
+
+/// 4 relays, 100,000 events of ONE key (a hot document), with ordered runs: the relays take the
+/// key's runs in turn, every event delivered once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_relays_deliver_100k_events_of_one_key_once_each_in_order() {
+    four_relays_drain(100_000, 1).await;
+}
+
+/// `events` events over `keys` keys drained by 4 relays; checks once-each, order, nothing left.
+async fn four_relays_drain(events: i64, keys: i64) {
     let schema = TestSchema::new(12).await;
     let outbox = Outbox::new(
         PgBackend::new(schema.pool.clone()),
@@ -40,8 +51,8 @@ async fn four_relays_deliver_100k_events_once_each_in_key_order() {
         "INSERT INTO outbox (id, topic, payload, ordering_key) \
          SELECT gen_random_uuid(), 't', jsonb_build_object('n', g), 'k' || (g % $2) FROM generate_series(1, $1) g",
     )
-    .bind(EVENTS)
-    .bind(KEYS)
+    .bind(events)
+    .bind(keys)
     .execute(&schema.pool)
     .await
     .unwrap();
@@ -74,7 +85,7 @@ async fn four_relays_deliver_100k_events_once_each_in_key_order() {
         relays.push(relay);
     }
     wait_for("100,000 deliveries", Duration::from_secs(600), || async {
-        (delivered.load(Ordering::Relaxed) >= EVENTS as u64).then_some(())
+        (delivered.load(Ordering::Relaxed) >= events as u64).then_some(())
     })
     .await;
     for relay in &relays {
@@ -82,7 +93,7 @@ async fn four_relays_deliver_100k_events_once_each_in_key_order() {
     }
     assert_eq!(
         delivered.load(Ordering::Relaxed),
-        EVENTS as u64,
+        events as u64,
         "none delivered twice"
     );
     assert_eq!(
@@ -96,10 +107,13 @@ async fn four_relays_deliver_100k_events_once_each_in_key_order() {
         .unwrap();
     assert_eq!(pending, 0);
     let shares: Vec<u64> = relays.iter().map(|r| r.stats().delivered).collect();
-    assert!(
-        shares.iter().all(|&n| n > 0),
-        "every relay took a share: {shares:?}"
-    );
+    // With many keys every relay finds free heads; one key may be held by few relays at a time.
+    if keys > 1 {
+        assert!(
+            shares.iter().all(|&n| n > 0),
+            "every relay took a share: {shares:?}"
+        );
+    }
     schema.drop_schema().await;
 }
 
@@ -168,14 +182,28 @@ async fn relay_survives_its_connections_being_terminated() {
     })
     .await;
     for _ in 0..3 {
-        let killed: Vec<bool> = sqlx::query_scalar(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        // The relay reconnects on its next poll; kill once it has connected again (it may have
+        // drained the backlog and be idle between polls).
+        let killed = wait_for(
+            "relay connections to kill",
+            Duration::from_secs(20),
+            || async {
+                let killed: Vec<bool> = sqlx::query_scalar(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE application_name = $1",
+                )
+                .bind(&app)
+                .fetch_all(&schema.pool)
+                .await
+                .unwrap();
+                (!killed.is_empty()).then_some(killed)
+            },
         )
-        .bind(&app)
-        .fetch_all(&schema.pool)
-        .await
-        .unwrap();
-        assert!(!killed.is_empty(), "the relay had connections to kill");
+        .await;
+        assert!(
+            killed.iter().any(|&k| k),
+            "a relay connection was terminated"
+        );
         let before = seen.lock().unwrap().len();
         wait_for(
             "deliveries after the kill",

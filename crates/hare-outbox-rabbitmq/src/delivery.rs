@@ -454,6 +454,13 @@ impl Delivery for RabbitMqDelivery {
         self.send(events, timeout.min(self.timeout)).await
     }
 
+    /// `true`: a batch is published in order on one channel, and a queue keeps the order of the
+    /// messages published on one channel. When a publish is not confirmed, later events of its
+    /// key may already be queued; the relay republishes them after the failed one.
+    fn keeps_key_order(&self) -> bool {
+        true
+    }
+
     /// Closes the connection this delivery opened; a later call connects again.
     async fn close(&self) -> Result<(), DeliveryError> {
         if let Some(link) = self.link.lock().await.take()

@@ -302,6 +302,13 @@ impl Delivery for RedisStreamsDelivery {
         self.send(events, timeout.min(self.timeout)).await
     }
 
+    /// `true`: a batch is one pipeline of `XADD`s on one connection, which Redis runs in order.
+    /// When an `XADD` fails, the later ones of the pipeline still run; the relay appends those
+    /// events of the key again after the failed one.
+    fn keeps_key_order(&self) -> bool {
+        true
+    }
+
     /// Drops this delivery's connection; a later call connects again.
     async fn close(&self) -> Result<(), DeliveryError> {
         self.connection

@@ -48,8 +48,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hare_outbox_core::backend::{
     BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
-    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
-    EventRetryDeadLetteredParams, FinishedState, Inserted,
+    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams,
+    EventRetryDeadLetteredParams, FinishedState, Inserted, LeasedBatch,
 };
 use hare_outbox_core::{
     Backend, Backlog, Error, IdempotencyScope, OutboxEvent, OutboxTable, Result, TopicFilter,
@@ -456,17 +456,23 @@ impl Backend for SqliteBackend {
             .collect()
     }
 
+    /// The lease of `event_lease.sql` in a `BEGIN IMMEDIATE` transaction; SQLite has one
+    /// clock, the local one, used when the params carry none.
     async fn event_lease(
         &self,
         table: &OutboxTable,
         params: &EventLeaseParams,
-    ) -> Result<Vec<OutboxEvent>> {
+    ) -> Result<LeasedBatch> {
+        let now = params.now.unwrap_or_else(chrono::Utc::now);
+        let lease_until =
+            now + chrono::Duration::from_std(params.lease).unwrap_or(chrono::Duration::MAX);
+        let sql = sql::event_lease(table, params.limit, params.max_events_per_key);
         let mut tx = self.begin_immediate().await?;
-        let query = sqlx::query(AssertSqlSafe(Query::EventLease.render(table)))
-            .bind(timestamp(params.now))
-            .bind(timestamp(params.lease_until))
+        let query = sqlx::query(AssertSqlSafe(sql))
+            .bind(timestamp(now))
+            .bind(timestamp(lease_until))
             .bind(&params.leased_by)
-            .bind(params.limit);
+            .bind(&params.key_cursor);
         let rows = bind_topics(query, &params.topics)
             .fetch_all(&mut *tx)
             .await
@@ -475,15 +481,29 @@ impl Backend for SqliteBackend {
         // program may write the table) would fail every lease and stop the relay: it is
         // dead-lettered with the reason instead, holding back only its own key.
         let mut events = Vec::with_capacity(rows.len());
+        let mut keys: Vec<String> = Vec::new();
+        // The first unreadable sequence per ordering key: the run behind it is released.
+        let mut blocked: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
         for row in &rows {
+            let key = row
+                .try_get::<Option<String>, _>("ordering_key")
+                .ok()
+                .flatten();
+            if let Some(key) = &key {
+                keys.push(key.clone());
+            }
             match decode::event(table, row) {
                 Ok(event) => events.push(event),
                 Err(error) => {
                     let sequence: i64 = row.try_get("sequence").map_err(map_err)?;
+                    if let Some(key) = key {
+                        let first = blocked.entry(key).or_insert(sequence);
+                        *first = (*first).min(sequence);
+                    }
                     sqlx::query(AssertSqlSafe(
                         Query::EventDeadLetterUnreadable.render(table),
                     ))
-                    .bind(timestamp(params.now))
+                    .bind(timestamp(now))
                     .bind(format!("the stored event cannot be read: {error}"))
                     .bind(sequence)
                     .execute(&mut *tx)
@@ -492,9 +512,50 @@ impl Backend for SqliteBackend {
                 }
             }
         }
+        let (events, behind): (Vec<OutboxEvent>, Vec<OutboxEvent>) =
+            events.into_iter().partition(|e| {
+                e.ordering_key
+                    .as_ref()
+                    .and_then(|k| blocked.get(k))
+                    .is_none_or(|&first| e.sequence < first)
+            });
+        if !behind.is_empty() {
+            let sequences: Vec<i64> = behind.iter().map(|e| e.sequence).collect();
+            sqlx::query(AssertSqlSafe(Query::EventLeaseRelease.render(table)))
+                .bind(json_array(&sequences))
+                .bind(&params.leased_by)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
         tx.commit().await.map_err(map_err)?;
-        events.sort_by_key(|event| event.sequence);
-        Ok(events)
+        // The walk visits keys in BINARY (byte) order from the cursor, wrapping around once:
+        // the last key it leased is the greatest past the cursor, else the greatest before it.
+        let cursor = params.key_cursor.as_str();
+        let key_cursor = keys
+            .iter()
+            .filter(|k| k.as_str() > cursor)
+            .max()
+            .or_else(|| keys.iter().max())
+            .cloned();
+        Ok(LeasedBatch::new(events, key_cursor))
+    }
+
+    async fn event_lease_release(
+        &self,
+        table: &OutboxTable,
+        params: &EventReleaseParams,
+    ) -> Result<u64> {
+        if params.sequences.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(AssertSqlSafe(Query::EventLeaseRelease.render(table)))
+            .bind(json_array(&params.sequences))
+            .bind(&params.leased_by)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
     }
 
     async fn event_lease_extend(
@@ -505,8 +566,10 @@ impl Backend for SqliteBackend {
         if params.sequences.is_empty() {
             return Ok(0);
         }
+        let until = params.now.unwrap_or_else(chrono::Utc::now)
+            + chrono::Duration::from_std(params.lease).unwrap_or(chrono::Duration::MAX);
         let done = sqlx::query(AssertSqlSafe(Query::EventLeaseExtend.render(table)))
-            .bind(timestamp(params.lease_until))
+            .bind(timestamp(until))
             .bind(json_array(&params.sequences))
             .bind(&params.leased_by)
             .execute(&self.pool)
@@ -523,6 +586,7 @@ impl Backend for SqliteBackend {
         if params.sequences.is_empty() {
             return Ok(0);
         }
+        let now = params.now.unwrap_or_else(chrono::Utc::now);
         if let Some(column) = &params.result_column {
             // One row at a time, in one transaction: each row gets its own record.
             let sql = sql::with_result_column(Query::EventMarkDeliveredResult, table, column);
@@ -531,7 +595,7 @@ impl Backend for SqliteBackend {
             for (i, sequence) in params.sequences.iter().enumerate() {
                 let record = params.results.get(i).cloned().flatten();
                 let done = sqlx::query(AssertSqlSafe(sql.as_str()))
-                    .bind(timestamp(params.now))
+                    .bind(timestamp(now))
                     .bind(sequence)
                     .bind(record.map(|v| v.to_string()))
                     .execute(&mut *tx)
@@ -543,7 +607,7 @@ impl Backend for SqliteBackend {
             return Ok(changed);
         }
         let done = sqlx::query(AssertSqlSafe(Query::EventMarkDelivered.render(table)))
-            .bind(timestamp(params.now))
+            .bind(timestamp(now))
             .bind(json_array(&params.sequences))
             .execute(&self.pool)
             .await
@@ -563,14 +627,19 @@ impl Backend for SqliteBackend {
             Some(column) => sql::with_result_column(Query::EventMarkFailedResult, table, column),
             None => Query::EventMarkFailed.render(table),
         };
+        let now = params.now.unwrap_or_else(chrono::Utc::now);
         let mut tx = self.begin_immediate().await?;
         let mut changed = 0;
         for failure in &params.failures {
+            let next = failure.retry_in.map(|d| {
+                timestamp(now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+            });
+            let dead = failure.retry_in.is_none().then(|| timestamp(now));
             let mut query = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(failure.attempts)
                 .bind(&failure.error)
-                .bind(failure.next_attempt_at.map(timestamp))
-                .bind(failure.dead_lettered_at.map(timestamp))
+                .bind(next)
+                .bind(dead)
                 .bind(failure.sequence)
                 .bind(&params.leased_by);
             if params.result_column.is_some() {

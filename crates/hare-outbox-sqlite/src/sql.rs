@@ -24,6 +24,8 @@ const EVENT_TIMELINE_LATENCY: &str = include_str!("../queries/event_timeline_lat
 const EVENT_GET_BY_IDEMPOTENCY_KEYS: &str =
     include_str!("../queries/event_get_by_idempotency_key.sql");
 const EVENT_LEASE: &str = include_str!("../queries/event_lease.sql");
+const EVENT_READY: &str = include_str!("../queries/event_ready.sql");
+const EVENT_LEASE_RELEASE: &str = include_str!("../queries/event_lease_release.sql");
 const EVENT_LEASE_EXTEND: &str = include_str!("../queries/event_lease_extend.sql");
 const EVENT_DEAD_LETTER_UNREADABLE: &str =
     include_str!("../queries/event_dead_letter_unreadable.sql");
@@ -91,8 +93,10 @@ pub(crate) enum Query {
     EventList,
     EventTimeline,
     EventTimelineLatency,
+    /// Rendered by [`event_lease`].
     EventLease,
     EventLeaseExtend,
+    EventLeaseRelease,
     EventDeadLetterUnreadable,
     EventMarkDelivered,
     EventMarkFailed,
@@ -121,6 +125,7 @@ impl Query {
             Query::EventTimelineLatency => EVENT_TIMELINE_LATENCY,
             Query::EventLease => EVENT_LEASE,
             Query::EventLeaseExtend => EVENT_LEASE_EXTEND,
+            Query::EventLeaseRelease => EVENT_LEASE_RELEASE,
             Query::EventDeadLetterUnreadable => EVENT_DEAD_LETTER_UNREADABLE,
             Query::EventMarkDelivered => EVENT_MARK_DELIVERED,
             Query::EventMarkFailed => EVENT_MARK_FAILED,
@@ -224,6 +229,28 @@ fn insert_columns(extra: &[&str]) -> String {
         .chain(extra.iter().map(|c| quote_ident(c)))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The lease of `limit` events with at most `per_key` per ordering key; both are integers from
+/// a validated relay configuration, rendered as literals. Each `{ready:ALIAS}` becomes the
+/// readiness test of `event_ready.sql` for that alias.
+pub(crate) fn event_lease(table: &OutboxTable, limit: i64, per_key: i64) -> String {
+    let limit = limit.max(1);
+    let run_limit = (per_key.max(1) - 1).min(limit - 1).max(0);
+    let ready: String = EVENT_READY
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut more = vec![
+        ("{limit}", limit.to_string()),
+        ("{run_limit}", run_limit.to_string()),
+    ];
+    let aliases = [("{ready:o}", "o"), ("{ready:e}", "e"), ("{ready:u}", "u")];
+    for (placeholder, alias) in aliases {
+        more.push((placeholder, ready.replace("{a}", alias)));
+    }
+    Query::EventLease.render_with(table, &more)
 }
 
 /// The single-row insert of a message setting the `extra` columns (in the table's order).
@@ -394,7 +421,6 @@ mod tests {
             Query::Schema,
             Query::EventGet,
             Query::EventGetByIdempotencyKeys,
-            Query::EventLease,
             Query::EventLeaseExtend,
             Query::EventDeadLetterUnreadable,
             Query::EventMarkDelivered,
@@ -409,6 +435,7 @@ mod tests {
         ] {
             rendered.push(query.render(&table));
         }
+        rendered.push(event_lease(&table, 100, 10));
         for sql in rendered {
             let sql = sql.replace("'{}'", "");
             assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");

@@ -97,10 +97,18 @@ async fn five_sigkills_mid_delivery_lose_nothing() {
     }
     assert_eq!(times.len(), total, "every event delivered at least once");
     for (key, rounds) in &per_key {
-        assert!(
-            rounds.windows(2).all(|w| w[0] <= w[1]),
-            "key {key}: deliveries out of order {rounds:?}"
-        );
+        // A relay killed mid-run redelivers the run from its first unmarked event, so a round
+        // may repeat after a later one; what must hold is that no round arrives before every
+        // earlier round arrived at least once.
+        let mut highest = -1;
+        for &round in rounds {
+            assert!(
+                round <= highest + 1,
+                "key {key}: round {round} before round {} in {rounds:?}",
+                highest + 1
+            );
+            highest = highest.max(round);
+        }
         let distinct: HashSet<i64> = rounds.iter().copied().collect();
         assert_eq!(
             distinct.len() as i64,

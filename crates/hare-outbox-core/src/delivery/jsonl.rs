@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -10,7 +12,8 @@ use crate::event::OutboxEvent;
 /// A delivery that writes each event as one JSON line to a writer (standard output by default).
 ///
 /// Line shape: `{"sequence", "id", "topic", "ordering_key", "headers", "payload", "created_at",
-/// "attempts"}`, compact, one per event, flushed after each line. A failed write is a delivery
+/// "attempts"}`, compact, one per event; a batch is written in order as one buffer and flushed
+/// once. A failed write is a delivery
 /// failure (retried by the relay).
 pub struct JsonLinesDelivery<W> {
     out: Mutex<W>,
@@ -64,6 +67,43 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Delivery for JsonLinesDelivery<W> {
         out.flush()
             .await
             .map_err(|e| DeliveryError::with_source("flushing the JSON line failed", e))
+    }
+
+    /// Writes the whole batch as one buffer, in batch order, and flushes once: one write per
+    /// batch instead of one per event. Every event gets the write's result.
+    async fn deliver_batch(
+        &self,
+        events: &[OutboxEvent],
+        _concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        let mut buffer = String::with_capacity(events.len() * 256);
+        for event in events {
+            buffer.push_str(&json_line(event));
+            buffer.push('\n');
+        }
+        let write = async {
+            let mut out = self.out.lock().await;
+            out.write_all(buffer.as_bytes()).await?;
+            out.flush().await
+        };
+        let result = match tokio::time::timeout(timeout, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("writing the JSON lines failed: {e}")),
+            Err(_) => Err(format!(
+                "writing the JSON lines timed out after {:.3} s",
+                timeout.as_secs_f64()
+            )),
+        };
+        events
+            .iter()
+            .map(|_| result.clone().map_err(DeliveryError::new))
+            .collect()
+    }
+
+    /// `true`: a batch is written in its order as one buffer.
+    fn keeps_key_order(&self) -> bool {
+        true
     }
 
     async fn close(&self) -> Result<(), DeliveryError> {

@@ -69,7 +69,8 @@ pub trait Delivery: Send + Sync + 'static {
 
     /// Sends a batch and returns one result per event, in the order of `events`.
     ///
-    /// The batch holds at most one event per ordering key, so its events may go out in any order.
+    /// Unless the delivery [keeps key order](Delivery::keeps_key_order), the relay hands it
+    /// batches with at most one event per ordering key, whose events may go out in any order.
     /// The default sends up to `concurrency` events at once through [`Delivery::deliver`], each
     /// within `timeout` (an event that takes longer fails with a timeout error). An implementation
     /// that sends the batch as a whole must itself keep within `timeout`.
@@ -118,6 +119,16 @@ pub trait Delivery: Send + Sync + 'static {
             .collect()
     }
 
+    /// Whether [`Delivery::deliver_batch_reported`] keeps the order of the events of one ordering
+    /// key: it sends them in the order of the batch and the destination keeps that order (one
+    /// Kafka partition per key with an idempotent producer, one Redis pipeline, one AMQP channel,
+    /// one NATS connection). The relay then hands it ordered runs of several events per key in
+    /// one batch; otherwise it sends a key's run one event after the other (the next only after
+    /// the previous succeeded), different keys in parallel. Defaults to `false`.
+    fn keeps_key_order(&self) -> bool {
+        false
+    }
+
     /// Releases connections. Called once by the relay when it stops. Defaults to nothing.
     ///
     /// # Errors
@@ -150,9 +161,99 @@ impl<D: Delivery + ?Sized> Delivery for std::sync::Arc<D> {
             .deliver_batch_reported(events, concurrency, timeout)
             .await
     }
+    fn keeps_key_order(&self) -> bool {
+        (**self).keeps_key_order()
+    }
     async fn close(&self) -> Result<(), DeliveryError> {
         (**self).close().await
     }
+}
+
+/// The text of the result given to an event that was not attempted because an earlier event of
+/// its ordering key in the same batch failed (or the batch's lease was lost).
+pub const NOT_ATTEMPTED: &str = "not attempted: an earlier event of its ordering key failed";
+
+/// Delivers `events` (in sequence order, possibly several per ordering key) keeping each key's
+/// order, and returns one report per event in the order of `events`.
+///
+/// A delivery that [keeps key order](Delivery::keeps_key_order), or a batch with at most one
+/// event per key, goes out in one [`Delivery::deliver_batch_reported`] call. Otherwise each key's
+/// events are sent one after the other, each as a batch of one, the next only after the previous
+/// succeeded; after a failure the rest of that key's events are reported as [`NOT_ATTEMPTED`]
+/// errors without being sent. Keys (and events without a key) run in parallel, at most
+/// `concurrency` at once; each send within `timeout`.
+pub async fn deliver_in_key_order(
+    delivery: &dyn Delivery,
+    events: &[OutboxEvent],
+    concurrency: usize,
+    timeout: Duration,
+) -> Vec<DeliveryReport> {
+    let runs = key_runs(events);
+    if delivery.keeps_key_order() || runs.iter().all(|run| run.len() == 1) {
+        return delivery
+            .deliver_batch_reported(events, concurrency, timeout)
+            .await;
+    }
+    let sends = runs.into_iter().map(|run| async move {
+        let mut out = Vec::with_capacity(run.len());
+        let mut failed = false;
+        for i in run {
+            if failed {
+                out.push((
+                    i,
+                    DeliveryReport::new(Err(DeliveryError::not_attempted(NOT_ATTEMPTED))),
+                ));
+                continue;
+            }
+            let report = delivery
+                .deliver_batch_reported(std::slice::from_ref(&events[i]), 1, timeout)
+                .await
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| {
+                    DeliveryReport::new(Err(DeliveryError::new("the delivery returned no result")))
+                });
+            failed = report.result.is_err();
+            out.push((i, report));
+        }
+        out
+    });
+    let mut reports: Vec<Option<DeliveryReport>> = (0..events.len()).map(|_| None).collect();
+    let done: Vec<Vec<(usize, DeliveryReport)>> = futures::stream::iter(sends)
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for (i, report) in done.into_iter().flatten() {
+        reports[i] = Some(report);
+    }
+    reports
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                DeliveryReport::new(Err(DeliveryError::not_attempted(NOT_ATTEMPTED)))
+            })
+        })
+        .collect()
+}
+
+/// The indexes of `events` grouped by ordering key in batch order; each event without a key is
+/// a run of its own.
+pub(crate) fn key_runs(events: &[OutboxEvent]) -> Vec<Vec<usize>> {
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    let mut by_key: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, event) in events.iter().enumerate() {
+        match event.ordering_key.as_deref() {
+            Some(key) => match by_key.get(key) {
+                Some(&run) => runs[run].push(i),
+                None => {
+                    by_key.insert(key, runs.len());
+                    runs.push(vec![i]);
+                }
+            },
+            None => runs.push(vec![i]),
+        }
+    }
+    runs
 }
 
 impl std::fmt::Debug for dyn Delivery {
@@ -164,6 +265,56 @@ impl std::fmt::Debug for dyn Delivery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run of one key through a per-event delivery goes one event at a time in order, stops at
+    /// the first failure, and other keys go on in parallel.
+    #[tokio::test]
+    async fn runs_go_in_order_one_at_a_time_and_stop_at_a_failure() {
+        use std::sync::Mutex;
+        let seen: std::sync::Arc<Mutex<Vec<(String, i64)>>> = Default::default();
+        let log = seen.clone();
+        let delivery = FnDelivery::new(move |e: OutboxEvent| {
+            let log = log.clone();
+            async move {
+                let n = e.payload.as_i64().unwrap_or_default();
+                log.lock()
+                    .unwrap()
+                    .push((e.ordering_key.clone().unwrap_or_default(), n));
+                if n == 2 {
+                    return Err(DeliveryError::new("refused"));
+                }
+                Ok(())
+            }
+        });
+        let event = |key: &str, n: i64| OutboxEvent {
+            ordering_key: Some(key.into()),
+            ..OutboxEvent::new("t".to_owned(), serde_json::json!(n))
+        };
+        let events = [
+            event("a", 0),
+            event("b", 10),
+            event("a", 1),
+            event("a", 2),
+            event("b", 11),
+            event("a", 3),
+        ];
+        let reports = deliver_in_key_order(&delivery, &events, 4, Duration::from_secs(5)).await;
+        let a: Vec<i64> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k == "a")
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(a, vec![0, 1, 2], "3 is never sent after 2 failed");
+        assert!(
+            reports[3].result.is_err()
+                && !reports[3].result.as_ref().unwrap_err().is_not_attempted()
+        );
+        assert!(reports[5].result.as_ref().unwrap_err().is_not_attempted());
+        assert!(reports[1].result.is_ok() && reports[4].result.is_ok());
+        assert_eq!(key_runs(&events), vec![vec![0, 2, 3, 5], vec![1, 4]]);
+    }
 
     #[tokio::test]
     async fn default_reports_keep_results_in_order_without_records() {

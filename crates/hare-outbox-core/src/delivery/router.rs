@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 
-use super::{Delivery, DeliveryReport};
+use super::{Delivery, DeliveryReport, NOT_ATTEMPTED, deliver_in_key_order};
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
 
@@ -149,6 +149,12 @@ impl Delivery for TopicRouter {
     }
 
     /// Like [`TopicRouter::deliver_batch`], keeping each route's records of its attempts.
+    ///
+    /// Each route's part goes out through [`deliver_in_key_order`] with its delivery, so a key's
+    /// run keeps its order whatever the route's delivery. A key whose run changes route midway
+    /// sends only the events before the change; the rest are reported [`NOT_ATTEMPTED`] and leased
+    /// again later, after the first part is delivered. The parts run at the same time but share
+    /// the relay's `concurrency`: each holds a share of it (at least 1) while it runs.
     async fn deliver_batch_reported(
         &self,
         events: &[OutboxEvent],
@@ -157,35 +163,59 @@ impl Delivery for TopicRouter {
     ) -> Vec<DeliveryReport> {
         let mut parts: HashMap<usize, (Arc<dyn Delivery>, Vec<usize>)> = HashMap::new();
         let mut results: Vec<Option<DeliveryReport>> = (0..events.len()).map(|_| None).collect();
+        // The route of each key's first event; a later event of the key on another route waits.
+        let mut key_route: HashMap<&str, usize> = HashMap::new();
+        let mut held_keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for (i, event) in events.iter().enumerate() {
-            match self.index_of(&event.topic) {
-                None => results[i] = Some(Err(unrouted(&event.topic)).into()),
-                Some(route) => {
-                    let key = route.unwrap_or(usize::MAX);
-                    let delivery = match route {
-                        Some(r) => self.routes[r].1.clone(),
-                        None => match &self.default {
-                            Some(d) => d.clone(),
-                            None => {
-                                results[i] = Some(Err(unrouted(&event.topic)).into());
-                                continue;
-                            }
-                        },
-                    };
-                    parts
-                        .entry(key)
-                        .or_insert_with(|| (delivery, Vec::new()))
-                        .1
-                        .push(i);
-                }
+            let key = event.ordering_key.as_deref();
+            if key.is_some_and(|k| held_keys.contains(k)) {
+                results[i] = Some(Err(DeliveryError::not_attempted(NOT_ATTEMPTED)).into());
+                continue;
             }
+            let Some(route) = self.index_of(&event.topic) else {
+                results[i] = Some(Err(unrouted(&event.topic)).into());
+                if let Some(k) = key {
+                    held_keys.insert(k);
+                }
+                continue;
+            };
+            let part = route.unwrap_or(usize::MAX);
+            if let Some(k) = key
+                && *key_route.entry(k).or_insert(part) != part
+            {
+                held_keys.insert(k);
+                results[i] = Some(Err(DeliveryError::not_attempted(NOT_ATTEMPTED)).into());
+                continue;
+            }
+            let delivery = match route {
+                Some(r) => self.routes[r].1.clone(),
+                None => match &self.default {
+                    Some(d) => d.clone(),
+                    None => {
+                        results[i] = Some(Err(unrouted(&event.topic)).into());
+                        continue;
+                    }
+                },
+            };
+            parts
+                .entry(part)
+                .or_insert_with(|| (delivery, Vec::new()))
+                .1
+                .push(i);
         }
-        let sends = parts.into_values().map(|(delivery, indexes)| async move {
-            let batch: Vec<OutboxEvent> = indexes.iter().map(|&i| events[i].clone()).collect();
-            let out = delivery
-                .deliver_batch_reported(&batch, concurrency, timeout)
-                .await;
-            (indexes, out)
+        let concurrency = concurrency.max(1);
+        let total: usize = parts.values().map(|(_, p)| p.len()).sum();
+        let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+        let sends = parts.into_values().map(|(delivery, indexes)| {
+            let permits = permits.clone();
+            async move {
+                // This part's share of the concurrency, held while it runs.
+                let share = (concurrency * indexes.len() / total.max(1)).clamp(1, concurrency);
+                let _held = permits.acquire_many(share as u32).await.ok();
+                let batch: Vec<OutboxEvent> = indexes.iter().map(|&i| events[i].clone()).collect();
+                let out = deliver_in_key_order(delivery.as_ref(), &batch, share, timeout).await;
+                (indexes, out)
+            }
         });
         for (indexes, out) in futures::future::join_all(sends).await {
             let mut out = out.into_iter();
@@ -202,6 +232,12 @@ impl Delivery for TopicRouter {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(DeliveryError::new("event not routed")).into()))
             .collect()
+    }
+
+    /// `true`: the router keeps each key's order itself (see
+    /// [`TopicRouter::deliver_batch_reported`]).
+    fn keeps_key_order(&self) -> bool {
+        true
     }
 
     async fn close(&self) -> std::result::Result<(), DeliveryError> {
@@ -363,5 +399,82 @@ mod tests {
                 .route("x", ok())
                 .is_err()
         );
+    }
+
+    /// Three routes × 10 events each, relay concurrency 2: never more than 2 deliveries in
+    /// flight in total (each route used to get the full limit).
+    #[tokio::test]
+    async fn routes_share_the_relay_concurrency() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let slow = || {
+            let (in_flight, most) = (in_flight.clone(), most.clone());
+            FnDelivery::new(move |_e: OutboxEvent| {
+                let (in_flight, most) = (in_flight.clone(), most.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+        };
+        let router = TopicRouter::new()
+            .route("a", slow())
+            .unwrap()
+            .route("b", slow())
+            .unwrap()
+            .route("c", slow())
+            .unwrap();
+        let events: Vec<OutboxEvent> = (0..30)
+            .map(|i| OutboxEvent::new(["a", "b", "c"][i % 3].to_owned(), serde_json::json!(i)))
+            .collect();
+        let reports = router
+            .deliver_batch_reported(&events, 2, Duration::from_secs(5))
+            .await;
+        assert!(reports.iter().all(|r| r.result.is_ok()));
+        assert!(
+            most.load(Ordering::SeqCst) <= 2,
+            "{} in flight",
+            most.load(Ordering::SeqCst)
+        );
+        assert!(most.load(Ordering::SeqCst) >= 1);
+    }
+
+    /// A key whose run moves from one route to another sends only the part before the move; the
+    /// rest is reported not attempted, and a key's events on one route go out in order.
+    #[tokio::test]
+    async fn a_run_that_changes_route_stops_at_the_change() {
+        let seen: Arc<std::sync::Mutex<Vec<i64>>> = Arc::default();
+        let record = |seen: &Arc<std::sync::Mutex<Vec<i64>>>| {
+            let seen = seen.clone();
+            FnDelivery::new(move |e: OutboxEvent| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(e.payload.as_i64().unwrap());
+                    Ok(())
+                }
+            })
+        };
+        let router = TopicRouter::new()
+            .route("a", record(&seen))
+            .unwrap()
+            .route("b", record(&seen))
+            .unwrap();
+        let keyed = |topic: &str, n: i64| OutboxEvent {
+            ordering_key: Some("k".into()),
+            ..OutboxEvent::new(topic.to_owned(), serde_json::json!(n))
+        };
+        let events = [keyed("a", 0), keyed("a", 1), keyed("b", 2), keyed("a", 3)];
+        let reports = router
+            .deliver_batch_reported(&events, 4, Duration::from_secs(5))
+            .await;
+        assert!(reports[0].result.is_ok() && reports[1].result.is_ok());
+        for report in &reports[2..] {
+            assert!(report.result.as_ref().unwrap_err().is_not_attempted());
+        }
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1]);
     }
 }

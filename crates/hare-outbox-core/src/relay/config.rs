@@ -13,11 +13,19 @@ pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RelayConfig {
-    /// How long to wait between polls when the last poll found less than a full batch.
-    /// Defaults to 5 s.
+    /// How long to wait for a wake-up after a poll that leased nothing; a poll that leased
+    /// anything polls again at once (seed 001 § «Один опрос»). Defaults to 5 s.
     pub poll_interval: Duration,
     /// Most events leased per poll. 1 to 10000. Defaults to 100.
     pub batch_size: usize,
+    /// Most events of one ordering key in one batch: the key's head and the ordered run of its
+    /// next events (DESIGN §7, beyond the seed's one event per key per batch). A run is
+    /// delivered in order — one after the other by a delivery that sends event by event, as one
+    /// ordered batch by one that keeps key order
+    /// ([`Delivery::keeps_key_order`](crate::Delivery::keeps_key_order)) — and the first failure
+    /// releases the rest of its run without counting an attempt. 1 to 10000; 1 gives the seed's
+    /// one event per key per batch. Defaults to 100.
+    pub max_events_per_key: usize,
     /// Attempts before an event is dead-lettered. At least 1. Defaults to 5.
     pub max_delivery_attempts: i32,
     /// First retry delay; doubled each attempt. Defaults to 1 s.
@@ -56,6 +64,7 @@ impl Default for RelayConfig {
         RelayConfig {
             poll_interval: Duration::from_secs(5),
             batch_size: 100,
+            max_events_per_key: 100,
             max_delivery_attempts: 5,
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
@@ -84,6 +93,8 @@ impl RelayConfig {
         with_poll_interval: poll_interval: Duration,
         /// Sets [`RelayConfig::batch_size`].
         with_batch_size: batch_size: usize,
+        /// Sets [`RelayConfig::max_events_per_key`].
+        with_max_events_per_key: max_events_per_key: usize,
         /// Sets [`RelayConfig::max_delivery_attempts`].
         with_max_delivery_attempts: max_delivery_attempts: i32,
         /// Sets [`RelayConfig::retry_base`].
@@ -148,6 +159,12 @@ impl RelayConfig {
             return Err(Error::configuration(format!(
                 "batch_size {} is out of range; allowed 1 to 10000",
                 self.batch_size
+            )));
+        }
+        if !(1..=10_000).contains(&self.max_events_per_key) {
+            return Err(Error::configuration(format!(
+                "max_events_per_key {} is out of range; allowed 1 to 10000 (1 = one event per ordering key per batch)",
+                self.max_events_per_key
             )));
         }
         if self.max_delivery_attempts < 1 {
@@ -220,6 +237,7 @@ mod tests {
         let c = RelayConfig::default();
         assert_eq!(c.poll_interval, Duration::from_secs(5));
         assert_eq!(c.batch_size, 100);
+        assert_eq!(c.max_events_per_key, 100);
         assert_eq!(c.max_delivery_attempts, 5);
         assert_eq!(c.lease, Duration::from_secs(60));
         assert_eq!(c.concurrency, 10);
@@ -241,6 +259,10 @@ mod tests {
                 "max_delivery_attempts",
             ),
             (RelayConfig::default().with_concurrency(0), "concurrency"),
+            (
+                RelayConfig::default().with_max_events_per_key(0),
+                "max_events_per_key",
+            ),
             (RelayConfig::default().with_name(""), "name"),
             (
                 RelayConfig::default().with_retry_base(Duration::from_secs(400)),

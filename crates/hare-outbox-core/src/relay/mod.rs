@@ -20,9 +20,9 @@ pub use retry::{random_jitter, retry_delay};
 use crate::backend::{
     Backend, Backlog, BacklogParams, EventDeleteFinishedParams, EventFailure,
     EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
-    EventRetryDeadLetteredParams, FinishedState,
+    EventReleaseParams, EventRetryDeadLetteredParams, FinishedState,
 };
-use crate::delivery::{Delivery, DeliveryReport};
+use crate::delivery::{Delivery, DeliveryReport, deliver_in_key_order};
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
 use crate::outbox::Outbox;
@@ -41,18 +41,30 @@ pub struct PollOutcome {
     pub failed: usize,
     /// Events dead-lettered.
     pub dead_lettered: usize,
+    /// Events released without an attempt: the rest of a run after a failure of its key, or
+    /// events not sent because the lease could not be kept.
+    pub released: usize,
 }
 
 /// Delivers the events of one outbox table to one delivery, at least once, strictly in order per
 /// ordering key.
 ///
-/// One poll (DESIGN §7): lease a batch in one statement (due, undelivered, not dead, not leased by a
-/// live relay, in `sequence` order, at most one event per ordering key and none whose key has an
-/// earlier undelivered event — failed and dead-lettered included); deliver it outside any
-/// transaction while a background task extends the lease three times per lease period; mark the
-/// delivered in one UPDATE and each failure with `attempts + 1`, `last_error` and a backoff, or a
-/// dead letter when attempts run out. A full batch re-polls at once; otherwise the relay waits for
-/// the poll interval.
+/// One poll (DESIGN §7): lease a batch in one statement — due, undelivered, not dead, not leased
+/// by a live relay; per ordering key an ordered run that starts at the key's head (no earlier
+/// undelivered event: failed and dead-lettered ones hold the key back) and holds at most
+/// [`RelayConfig::max_events_per_key`] events; events without a key in `sequence` order. Deliver
+/// it outside any transaction, each key's run in order, while a background task extends the
+/// lease three times per lease period; mark the delivered in one UPDATE and each failure with
+/// `attempts + 1`, `last_error` and a backoff, or a dead letter when attempts run out. After the
+/// first failure of a run its later events are released without counting an attempt, so the key
+/// keeps its order. A poll that leased anything polls again at once (seed 001 § «Один опрос»);
+/// after an empty poll the relay waits for a wake-up signal or the poll interval. The running
+/// relay ([`OutboxRelay::start`], [`OutboxRelay::run`]) leases and delivers the next batch while
+/// the previous batch's marks are written; the previous batch's events stay leased until then,
+/// so their keys' later events are not leased meanwhile ([`OutboxRelay::poll_once`] is one whole
+/// poll, marks included). Lease expiry,
+/// retry times and `published_at` use the database's clock, so relays on hosts with skewed
+/// clocks never take each other's live leases.
 ///
 /// Several relays (threads, processes, hosts) may share one table. A relay killed between delivery
 /// and mark leaves its lease to expire; the batch is then delivered again (at least once).
@@ -89,6 +101,8 @@ struct Inner<B: Backend> {
     topics: TopicFilter,
     observers: Vec<Arc<dyn RelayObserver>>,
     stats: Counters,
+    /// The ordering key the next lease's walk over keys starts after (fairness between keys).
+    key_cursor: std::sync::Mutex<String>,
 }
 
 #[derive(Default)]
@@ -130,6 +144,7 @@ impl<B: Backend> OutboxRelay<B> {
                 topics,
                 observers: Vec::new(),
                 stats: Counters::default(),
+                key_cursor: std::sync::Mutex::default(),
             }),
             running: std::sync::Mutex::new(None),
         })
@@ -351,6 +366,8 @@ impl<B: Backend> Inner<B> {
             None => None,
         };
         tracing::info!(relay = %config.name, table = %self.outbox.table(), "relay started");
+        // The marks of the last delivered batch, written while the next batch is leased.
+        let mut finishing = None;
         while !shutdown.is_cancelled() {
             if !config.backlog_interval.is_zero() && tokio::time::Instant::now() >= next_backlog {
                 next_backlog = tokio::time::Instant::now() + config.backlog_interval;
@@ -366,8 +383,9 @@ impl<B: Backend> Inner<B> {
                 tracing::warn!(relay = %config.name, "wake-up closed; polling only");
                 subscription = None;
             }
-            let wait = match self.poll_once().await {
-                Ok(outcome) if outcome.leased >= config.batch_size => {
+            let wait = match self.poll_pipelined(&mut finishing).await {
+                // A poll that leased anything polls again at once (seed 001 § «Один опрос»).
+                Ok(true) => {
                     storage_errors = 0;
                     continue;
                 }
@@ -401,6 +419,10 @@ impl<B: Backend> Inner<B> {
                 }
             }
         }
+        // The last batch's marks are written before the relay stops.
+        if let Err(error) = Self::finished(finishing.take()).await {
+            tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, "marking the last batch failed");
+        }
         if let Err(error) = self.delivery.close().await {
             tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, "closing the delivery failed");
         }
@@ -416,44 +438,130 @@ impl<B: Backend> Inner<B> {
     }
 
     async fn poll(&self) -> Result<PollOutcome> {
+        match self.lease_and_deliver().await? {
+            Some(batch) => self.finish(batch).await,
+            None => Ok(PollOutcome::default()),
+        }
+    }
+
+    /// One poll of the run loop, pipelined: this batch is leased and delivered while the previous
+    /// one's marks are written (`finishing`); its own marks are then left running in the
+    /// background for the next call. Order per key holds: while the previous batch is not
+    /// marked its events are leased, so their keys' later events cannot be leased here.
+    /// Returns whether to poll again at once: after a lease that took anything, or when nothing
+    /// was free but the previous batch was still being marked (its keys are free now).
+    async fn poll_pipelined(
+        self: &Arc<Self>,
+        finishing: &mut Option<JoinHandle<Result<PollOutcome>>>,
+    ) -> Result<bool> {
+        let step = self.lease_and_deliver().await;
+        self.stats.polls.fetch_add(1, Ordering::Relaxed);
+        let previous = Self::finished(finishing.take()).await;
+        let batch = match step {
+            Ok(batch) => batch,
+            Err(error) => {
+                if let Err(marks) = previous {
+                    tracing::warn!(relay = %self.config.name, error = &marks as &dyn std::error::Error, "marking the previous batch failed");
+                }
+                return Err(error);
+            }
+        };
+        let previous = previous?;
+        match batch {
+            Some(batch) => {
+                let relay = self.clone();
+                *finishing = Some(tokio::spawn(async move { relay.finish(batch).await }));
+                Ok(true)
+            }
+            None => Ok(previous.is_some()),
+        }
+    }
+
+    /// Waits for the marks of a batch left running by [`Self::poll_pipelined`].
+    async fn finished(
+        finishing: Option<JoinHandle<Result<PollOutcome>>>,
+    ) -> Result<Option<PollOutcome>> {
+        match finishing {
+            None => Ok(None),
+            Some(handle) => match handle.await {
+                Ok(outcome) => outcome.map(Some),
+                // A panic there (an observer's, say) is this relay's panic, as in a serial poll.
+                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                // The task is never aborted.
+                Err(_) => Ok(None),
+            },
+        }
+    }
+
+    /// Leases a batch and delivers it while holding its lease; `None` when nothing was leased.
+    async fn lease_and_deliver(&self) -> Result<Option<DeliveredBatch>> {
         let config = &self.config;
         let backend = self.outbox.backend();
         let table = self.outbox.table();
-        let now = Utc::now();
-        let events = backend
+        let cursor = self
+            .key_cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let leased = backend
             .event_lease(
                 table,
-                &EventLeaseParams::new(
-                    now,
-                    now + chrono_duration(config.lease),
-                    config.name.clone(),
-                    config.batch_size as i64,
-                )
-                .with_topics(self.topics.clone()),
+                &EventLeaseParams::new(config.name.clone(), config.batch_size as i64, config.lease)
+                    .with_topics(self.topics.clone())
+                    .with_max_events_per_key(config.max_events_per_key as i64)
+                    .with_key_cursor(cursor),
             )
             .await?;
-        let mut outcome = PollOutcome {
-            leased: events.len(),
-            ..PollOutcome::default()
-        };
+        if let Some(next) = leased.key_cursor {
+            *self.key_cursor.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        }
+        let events = leased.events;
         if events.is_empty() {
-            return Ok(outcome);
+            return Ok(None);
         }
         self.stats
             .leased
             .fetch_add(events.len() as u64, Ordering::Relaxed);
 
         let started = std::time::Instant::now();
-        let reports_of_delivery = self.deliver_holding_lease(&events).await;
+        let reports = self.deliver_holding_lease(&events).await;
         metrics::histogram!("hare_outbox_batch_delivery_seconds", "table" => table.to_string())
             .record(started.elapsed().as_secs_f64());
+        Ok(Some(DeliveredBatch { events, reports }))
+    }
 
+    /// Writes the marks of a delivered batch (delivered, failed, released), then counts and
+    /// reports them to the observers and metrics.
+    async fn finish(&self, batch: DeliveredBatch) -> Result<PollOutcome> {
+        let config = &self.config;
+        let backend = self.outbox.backend();
+        let table = self.outbox.table();
+        let DeliveredBatch {
+            events,
+            reports: reports_of_delivery,
+        } = batch;
+        let mut outcome = PollOutcome {
+            leased: events.len(),
+            ..PollOutcome::default()
+        };
         let now = Utc::now();
         let mut delivered = Vec::new();
         let mut records = Vec::new();
         let mut failures = Vec::new();
+        let mut released = Vec::new();
         let mut reports = Vec::with_capacity(events.len());
+        // Keys whose run failed in this batch: their later events are released unattempted.
+        let mut failed_keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for (event, report) in events.iter().zip(reports_of_delivery) {
+            let key = event.ordering_key.as_deref();
+            let unattempted = report
+                .result
+                .as_ref()
+                .is_err_and(DeliveryError::is_not_attempted);
+            if unattempted || key.is_some_and(|k| failed_keys.contains(k)) {
+                released.push(event.sequence);
+                continue;
+            }
             let record = report.record.filter(|_| config.result_column.is_some());
             match report.result {
                 Ok(()) => {
@@ -467,6 +575,9 @@ impl<B: Backend> Inner<B> {
                     });
                 }
                 Err(error) => {
+                    if let Some(k) = key {
+                        failed_keys.insert(k);
+                    }
                     let (failure, report) = self.failure(event, &error, now);
                     failures.push(failure.with_result(record));
                     reports.push(report);
@@ -474,7 +585,7 @@ impl<B: Backend> Inner<B> {
             }
         }
         if !delivered.is_empty() {
-            let mut params = EventMarkDeliveredParams::new(delivered.clone(), now);
+            let mut params = EventMarkDeliveredParams::new(delivered.clone());
             if let Some(column) = &config.result_column {
                 params = params.with_results(column.clone(), records);
             }
@@ -485,10 +596,7 @@ impl<B: Backend> Inner<B> {
             outcome.delivered = delivered.len();
         }
         if !failures.is_empty() {
-            outcome.dead_lettered = failures
-                .iter()
-                .filter(|f| f.dead_lettered_at.is_some())
-                .count();
+            outcome.dead_lettered = failures.iter().filter(|f| f.retry_in.is_none()).count();
             outcome.failed = failures.len() - outcome.dead_lettered;
             let mut params = EventMarkFailedParams::new(failures, config.name.clone());
             if let Some(column) = &config.result_column {
@@ -496,6 +604,14 @@ impl<B: Backend> Inner<B> {
             }
             self.with_retries("recording failed deliveries", || {
                 backend.event_mark_failed(table, &params)
+            })
+            .await?;
+        }
+        if !released.is_empty() {
+            outcome.released = released.len();
+            let params = EventReleaseParams::new(released, config.name.clone());
+            self.with_retries("releasing the rest of failed runs", || {
+                backend.event_lease_release(table, &params)
             })
             .await?;
         }
@@ -518,39 +634,63 @@ impl<B: Backend> Inner<B> {
         Ok(outcome)
     }
 
-    /// Delivers the batch while a background task extends its lease every third of the lease.
+    /// Delivers the batch, each key's run in order ([`deliver_in_key_order`]), while a background
+    /// task extends its lease every third of the lease. When extending keeps failing until less
+    /// than a third of the lease is left (the database is unreachable), the delivery is cut
+    /// short: what was not sent yet comes back unattempted, so it is never sent while another
+    /// relay may already hold it.
     async fn deliver_holding_lease(&self, events: &[OutboxEvent]) -> Vec<DeliveryReport> {
         let config = &self.config;
+        let lease_lost = CancellationToken::new();
         let extender = {
             let backend = self.outbox.backend().clone();
             let table = self.outbox.table().clone();
             let sequences: Vec<i64> = events.iter().map(|e| e.sequence).collect();
             let name = config.name.clone();
             let lease = config.lease;
+            let lease_lost = lease_lost.clone();
             // Aborted when dropped, so a poll future dropped mid-delivery stops extending the lease
             // and the batch is delivered again after the lease expires.
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                 let period = lease / 3;
+                let mut held_until = tokio::time::Instant::now() + lease;
                 let mut ticker =
                     tokio::time::interval_at(tokio::time::Instant::now() + period, period);
                 loop {
                     ticker.tick().await;
-                    let params = EventLeaseExtendParams::new(
-                        sequences.clone(),
-                        name.clone(),
-                        Utc::now() + chrono_duration(lease),
-                    );
-                    if let Err(error) = backend.event_lease_extend(&table, &params).await {
-                        tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
+                    let params =
+                        EventLeaseExtendParams::new(sequences.clone(), name.clone(), lease);
+                    let asked = tokio::time::Instant::now();
+                    match backend.event_lease_extend(&table, &params).await {
+                        Ok(_) => held_until = asked + lease,
+                        Err(error) => {
+                            tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
+                            if held_until.saturating_duration_since(tokio::time::Instant::now())
+                                < period
+                            {
+                                tracing::error!(relay = %name, "the lease cannot be kept; the rest of the batch is left for a later lease");
+                                lease_lost.cancel();
+                                return;
+                            }
+                        }
                     }
                 }
             }))
         };
-        let mut results = self
-            .delivery
-            .deliver_batch_reported(events, config.concurrency, config.delivery_timeout)
-            .await;
+        let delivery = GuardedDelivery {
+            inner: self.delivery.clone(),
+            lease_lost: lease_lost.clone(),
+        };
+        let mut results = tokio::select! {
+            results = deliver_in_key_order(&delivery, events, config.concurrency, config.delivery_timeout) => results,
+            _ = lease_lost.cancelled() => Vec::new(),
+        };
         drop(extender);
+        if lease_lost.is_cancelled() {
+            // Nothing of this batch is marked: what went out is delivered again later (at least
+            // once); what did not is released for the next lease.
+            return events.iter().map(|_| not_attempted()).collect();
+        }
         if results.len() != events.len() {
             let got = results.len();
             results = events
@@ -578,8 +718,7 @@ impl<B: Backend> Inner<B> {
         let name = &config.name;
         if attempts >= config.max_delivery_attempts {
             tracing::error!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, error = error as &dyn std::error::Error, "event dead-lettered");
-            let failure =
-                EventFailure::new(event.sequence, attempts, text.clone(), None, Some(now));
+            let failure = EventFailure::dead(event.sequence, attempts, text.clone());
             let report = RelayEvent::DeadLettered {
                 event_id: event.id,
                 topic: event.topic.clone(),
@@ -594,16 +733,15 @@ impl<B: Backend> Inner<B> {
                 config.retry_max,
                 random_jitter(),
             );
-            let next = now + chrono_duration(delay);
             tracing::warn!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, retry_in_seconds = delay.as_secs_f64(), error = error as &dyn std::error::Error, "delivery failed");
-            let failure =
-                EventFailure::new(event.sequence, attempts, text.clone(), Some(next), None);
+            let failure = EventFailure::retry(event.sequence, attempts, text.clone(), delay);
             let report = RelayEvent::DeliveryFailed {
                 event_id: event.id,
                 topic: event.topic.clone(),
                 attempts,
                 error: text,
-                next_attempt_at: next,
+                // The database writes its own clock's time; this is the relay's estimate of it.
+                next_attempt_at: now + chrono_duration(delay),
             };
             (failure, report)
         }
@@ -627,6 +765,53 @@ impl<B: Backend> Inner<B> {
                 Err(error) => return Err(error),
             }
         }
+    }
+}
+
+/// A leased batch and the report of each event's delivery, in batch order, waiting for its marks.
+struct DeliveredBatch {
+    events: Vec<OutboxEvent>,
+    reports: Vec<DeliveryReport>,
+}
+
+/// Why an event was not sent when the batch's lease could not be kept.
+const LEASE_LOST: &str = "not attempted: the lease could not be kept (database unreachable)";
+
+fn not_attempted() -> DeliveryReport {
+    DeliveryReport::new(Err(DeliveryError::not_attempted(LEASE_LOST)))
+}
+
+/// The relay's delivery, refusing to start a send once the batch's lease is lost.
+struct GuardedDelivery {
+    inner: Arc<dyn Delivery>,
+    lease_lost: CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl Delivery for GuardedDelivery {
+    async fn deliver(&self, event: &OutboxEvent) -> std::result::Result<(), DeliveryError> {
+        if self.lease_lost.is_cancelled() {
+            return Err(DeliveryError::not_attempted(LEASE_LOST));
+        }
+        self.inner.deliver(event).await
+    }
+
+    async fn deliver_batch_reported(
+        &self,
+        events: &[OutboxEvent],
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<DeliveryReport> {
+        if self.lease_lost.is_cancelled() {
+            return events.iter().map(|_| not_attempted()).collect();
+        }
+        self.inner
+            .deliver_batch_reported(events, concurrency, timeout)
+            .await
+    }
+
+    fn keeps_key_order(&self) -> bool {
+        self.inner.keeps_key_order()
     }
 }
 

@@ -9,4 +9,5 @@ mod journal;
 mod marks;
 mod relay;
 mod relay_ops;
+mod runs;
 mod schema;

@@ -29,10 +29,12 @@ async fn lease(
         .backend()
         .event_lease(
             outbox.table(),
-            &EventLeaseParams::new(at, at + secs(60), by.into(), limit),
+            &EventLeaseParams::new(by.into(), limit, std::time::Duration::from_secs(60))
+                .with_now(at),
         )
         .await
         .expect("lease")
+        .events
 }
 
 fn sequences(events: &[OutboxEvent]) -> Vec<i64> {
@@ -116,7 +118,12 @@ async fn mark_failed_by_a_relay_that_no_longer_holds_the_lease_changes_nothing()
     let at = now();
     assert_eq!(lease(&outbox, at, "r1", 10).await.len(), 2);
     let failure = |sequence, attempts| {
-        EventFailure::new(sequence, attempts, "boom".into(), Some(at + secs(5)), None)
+        EventFailure::retry(
+            sequence,
+            attempts,
+            "boom".into(),
+            std::time::Duration::from_secs(5),
+        )
     };
 
     let leased = stored(&outbox, &event).await;
@@ -134,10 +141,11 @@ async fn mark_failed_by_a_relay_that_no_longer_holds_the_lease_changes_nothing()
     let by_holder = EventMarkFailedParams::new(
         vec![
             failure(event.sequence, 1),
-            EventFailure::new(other.sequence, 5, "gave up".into(), None, Some(at)),
+            EventFailure::dead(other.sequence, 5, "gave up".into()),
         ],
         "r1".into(),
-    );
+    )
+    .with_now(at);
     assert_eq!(
         backend
             .event_mark_failed(table, &by_holder)
@@ -179,7 +187,7 @@ async fn mark_failed_by_a_relay_that_no_longer_holds_the_lease_changes_nothing()
     backend
         .event_mark_delivered(
             table,
-            &EventMarkDeliveredParams::new(vec![fresh.sequence], now()),
+            &EventMarkDeliveredParams::new(vec![fresh.sequence]).with_now(now()),
         )
         .await
         .expect("delivered");
@@ -201,7 +209,7 @@ async fn mark_delivered_keeps_the_first_published_at() {
     let two = enqueue(&outbox, message("t", None, 2)).await;
     let first = now();
     assert_eq!(lease(&outbox, first, "r1", 10).await.len(), 2);
-    let params = EventMarkDeliveredParams::new(vec![one.sequence, two.sequence], first);
+    let params = EventMarkDeliveredParams::new(vec![one.sequence, two.sequence]).with_now(first);
     assert_eq!(
         backend
             .event_mark_delivered(table, &params)
@@ -215,7 +223,7 @@ async fn mark_delivered_keeps_the_first_published_at() {
         assert_eq!((stored.lease_until, stored.leased_by), (None, None));
     }
 
-    let later = EventMarkDeliveredParams::new(vec![one.sequence], first + secs(30));
+    let later = EventMarkDeliveredParams::new(vec![one.sequence]).with_now(first + secs(30));
     assert_eq!(
         backend
             .event_mark_delivered(table, &later)
@@ -224,7 +232,7 @@ async fn mark_delivered_keeps_the_first_published_at() {
         0
     );
     assert_eq!(stored(&outbox, &one).await.published_at, Some(first));
-    let empty = EventMarkDeliveredParams::new(Vec::new(), first);
+    let empty = EventMarkDeliveredParams::new(Vec::new()).with_now(first);
     assert_eq!(
         backend
             .event_mark_delivered(table, &empty)
@@ -245,7 +253,12 @@ async fn only_the_holder_extends_a_lease_and_never_of_a_published_event() {
     let batch = vec![one.sequence, two.sequence];
     assert_eq!(lease(&outbox, at, "r1", 10).await.len(), 2);
 
-    let by_other = EventLeaseExtendParams::new(batch.clone(), "r2".into(), at + secs(600));
+    let by_other = EventLeaseExtendParams::new(
+        batch.clone(),
+        "r2".into(),
+        std::time::Duration::from_secs(600),
+    )
+    .with_now(at);
     assert_eq!(
         backend
             .event_lease_extend(table, &by_other)
@@ -255,7 +268,12 @@ async fn only_the_holder_extends_a_lease_and_never_of_a_published_event() {
     );
     assert_eq!(stored(&outbox, &one).await.lease_until, Some(at + secs(60)));
 
-    let by_holder = EventLeaseExtendParams::new(batch.clone(), "r1".into(), at + secs(120));
+    let by_holder = EventLeaseExtendParams::new(
+        batch.clone(),
+        "r1".into(),
+        std::time::Duration::from_secs(120),
+    )
+    .with_now(at);
     assert_eq!(
         backend
             .event_lease_extend(table, &by_holder)
@@ -271,7 +289,7 @@ async fn only_the_holder_extends_a_lease_and_never_of_a_published_event() {
     backend
         .event_mark_delivered(
             table,
-            &EventMarkDeliveredParams::new(vec![one.sequence], at),
+            &EventMarkDeliveredParams::new(vec![one.sequence]).with_now(at),
         )
         .await
         .expect("delivered");

@@ -186,7 +186,8 @@ pub async fn every_status_through_the_backend_calls<B: Backend>(
     };
     let now = Utc::now();
     let lease = |topics: &[&str], by: &str| {
-        EventLeaseParams::new(now, now + Duration::hours(1), by.to_owned(), 10)
+        EventLeaseParams::new(by.to_owned(), 10, std::time::Duration::from_secs(3600))
+            .with_now(now)
             .with_topics(TopicFilter::new(Some(topics), Vec::<&str>::new()).unwrap())
     };
     let held = backend
@@ -196,9 +197,12 @@ pub async fn every_status_through_the_backend_calls<B: Backend>(
         )
         .await
         .unwrap();
-    assert_eq!(held.len(), 3);
+    assert_eq!(held.events.len(), 3);
     backend
-        .event_mark_delivered(&table, &EventMarkDeliveredParams::new(vec![published], now))
+        .event_mark_delivered(
+            &table,
+            &EventMarkDeliveredParams::new(vec![published]).with_now(now),
+        )
         .await
         .unwrap();
     let failed = backend
@@ -206,17 +210,17 @@ pub async fn every_status_through_the_backend_calls<B: Backend>(
             &table,
             &EventMarkFailedParams::new(
                 vec![
-                    EventFailure::new(
+                    EventFailure::retry(
                         retrying,
                         1,
                         "broker down".to_owned(),
-                        Some(now + Duration::hours(1)),
-                        None,
+                        std::time::Duration::from_secs(3600),
                     ),
-                    EventFailure::new(dead, 5, "rejected".to_owned(), None, Some(now)),
+                    EventFailure::dead(dead, 5, "rejected".to_owned()),
                 ],
                 "relay-a".to_owned(),
-            ),
+            )
+            .with_now(now),
         )
         .await
         .unwrap();
@@ -225,7 +229,7 @@ pub async fn every_status_through_the_backend_calls<B: Backend>(
         .event_lease(&table, &lease(&["s.leased"], "relay-b"))
         .await
         .unwrap();
-    assert_eq!(held.len(), 1);
+    assert_eq!(held.events.len(), 1);
 
     for (status, sequence) in [
         (EventStatus::Pending, pending),

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use hare_outbox_core::OutboxTable;
 
 pub mod journal;
+pub mod runs;
 
 /// A timestamp column of the outbox table (DESIGN §4) a suite sets directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

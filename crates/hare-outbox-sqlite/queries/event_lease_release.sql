@@ -1,0 +1,7 @@
+-- Release leased events without counting an attempt (the rest of a run after a failure), only
+-- while this relay still holds them. ?1 sequences (JSON array of integers), ?2 leased_by.
+UPDATE {table}
+SET lease_until = NULL, leased_by = NULL
+WHERE sequence IN (SELECT value FROM json_each(?1))
+  AND leased_by = ?2
+  AND published_at IS NULL

@@ -1,0 +1,27 @@
+//! Ordered runs per key on SQLite: the testkit's runs conformance suite, each scenario on a fresh
+//! database file (see `hare_outbox_testkit::conformance::runs`).
+
+use hare_outbox_testkit::conformance::runs as suite;
+
+use crate::common::setup;
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let (db, outbox) = setup("outbox").await;
+            suite::$name(&outbox).await;
+            db.close().await;
+        }
+    )*};
+}
+
+scenarios!(
+    a_dead_head_holds_back_only_its_key,
+    a_failure_inside_a_run_releases_the_rest_unattempted,
+    a_failure_inside_an_ordered_batch_releases_the_rest,
+    a_hot_key_drains_in_ordered_runs,
+    a_poll_that_leased_anything_polls_again_at_once,
+    one_event_per_key_when_runs_are_off,
+    the_walk_over_keys_serves_every_key_in_turn,
+);
