@@ -168,6 +168,51 @@ prepare_taskiq() {
   "$taskiq_venv/bin/python" -m pip install -q taskiq==0.13.0 taskiq-redis==1.2.4 taskiq-aio-pika==0.6.1
 }
 
+# PgBouncer in transaction pooling mode in front of the local PostgreSQL, for
+# hare-outbox-postgres's pooler tests: its own config and port (16432), trust auth as the server.
+export HARE_OUTBOX_TEST_PGBOUNCER_URL="${HARE_OUTBOX_TEST_PGBOUNCER_URL:-postgres://postgres@127.0.0.1:16432/test}"
+
+start_pgbouncer() {
+  command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || install_debian pgbouncer
+  port_open 16432 && return
+  say "starting PgBouncer (pool_mode = transaction) on 127.0.0.1:16432"
+  local dir=/tmp/hare-outbox-pgbouncer
+  mkdir -p "$dir"
+  cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=5432
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = 16432
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+max_client_conn = 500
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+  printf '"postgres" ""\n' >"$dir/users.txt"
+  local bin
+  bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+  if [ "$(id -u)" = 0 ]; then
+    # PgBouncer refuses to run as root.
+    chown -R postgres "$dir"
+    "$bin" -d -u postgres "$dir/pgbouncer.ini"
+  else
+    "$bin" -d "$dir/pgbouncer.ini"
+  fi
+  wait_port 16432 PgBouncer
+}
+
+# libfaketime for the clock-skew test of hare-outbox-cli (a relay whose clock runs ahead).
+prepare_faketime() {
+  command -v faketime >/dev/null && return
+  install_debian faketime
+}
+
 # Headless Chromium and chromedriver for hare-outbox-dashboard's browser tests (they fail, never
 # skip, without them).
 prepare_chromium() {
@@ -177,6 +222,8 @@ prepare_chromium() {
 
 start_postgres
 ensure_test_database
+start_pgbouncer
+prepare_faketime
 prepare_chromium
 start_redis
 start_nats

@@ -65,7 +65,9 @@ impl Db {
                     .connect_with(options)
                     .await
                     .with_context(|| format!("connecting to {shown} failed"))?;
-                Ok(Db::Postgres(PgBackend::new(pool)))
+                Ok(Db::Postgres(
+                    PgBackend::new(pool).with_transaction_pooler(database.transaction_pooler),
+                ))
             }
             DbKind::Sqlite => {
                 let pool = hare_outbox::sqlite::connect(&database.url)
@@ -83,10 +85,13 @@ impl Db {
     pub fn lazy(database: &Database) -> anyhow::Result<Db> {
         let shown = redact_url(&database.url);
         Ok(match database.kind {
-            DbKind::Postgres => Db::Postgres(PgBackend::new(
-                sqlx::PgPool::connect_lazy(&database.url)
-                    .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
-            )),
+            DbKind::Postgres => Db::Postgres(
+                PgBackend::new(
+                    sqlx::PgPool::connect_lazy(&database.url)
+                        .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
+                )
+                .with_transaction_pooler(database.transaction_pooler),
+            ),
             DbKind::Sqlite => Db::Sqlite(SqliteBackend::new(
                 sqlx::SqlitePool::connect_lazy(&database.url)
                     .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
@@ -160,17 +165,35 @@ pub async fn relay(
             if let Some(wakeup) = broker_wakeup {
                 outbox = outbox.with_shared_wakeup(wakeup)?;
             }
-            if let WakeupSettings::ListenNotify { channel, mode } = &settings.wakeup {
+            if let WakeupSettings::ListenNotify {
+                channel,
+                mode,
+                listen_url,
+            } = &settings.wakeup
+            {
                 let mode = match mode {
                     WakeupMode::AfterCommit => NotifyMode::AfterCommit {
                         coalesce: Duration::from_millis(1),
                     },
                     WakeupMode::InTransaction => NotifyMode::InTransaction,
                 };
-                let wakeup = ListenNotifyWakeup::new(backend.pool().clone())
+                let mut wakeup = ListenNotifyWakeup::new(backend.pool().clone())
                     .with_channel(channel)
                     .map_err(|e| usage(format!("[wakeup] {e}")))?
                     .with_mode(mode);
+                if let Some(url) = listen_url {
+                    // One connection held for LISTEN; connected when the relay subscribes.
+                    let pool = sqlx::postgres::PgPoolOptions::new()
+                        .max_connections(2)
+                        .acquire_timeout(CONNECT_TIMEOUT)
+                        .connect_lazy(&url.value)
+                        .map_err(|e| usage(format!("[wakeup] listen_url {}: {e}", url.shown())))?;
+                    wakeup = wakeup.with_listen_pool(pool);
+                } else if backend.transaction_pooler() {
+                    tracing::warn!(
+                        "database_transaction_pooler = true and [wakeup] kind = \"listen_notify\" without listen_url: LISTEN through a transaction pooler hears nothing; set [wakeup] listen_url to a direct connection"
+                    );
+                }
                 outbox = outbox.with_wakeup(wakeup)?;
             }
             relay_on(outbox, settings, delivery, create_table, shutdown).await

@@ -26,6 +26,10 @@ pub use crate::wakeup::{WakeupMode, WakeupSection, WakeupSettings};
 pub struct FileConfig {
     /// `postgres://…`, `postgresql://…` or `sqlite:FILE`.
     pub database_url: Option<String>,
+    /// PostgreSQL: `true` when `database_url` goes through a transaction pooler (PgBouncer
+    /// `pool_mode = transaction`): statements are sent unnamed, each relay statement in a
+    /// transaction of its own. Default `false`.
+    pub database_transaction_pooler: Option<bool>,
     /// The outbox table, `name` or `schema.name`.
     pub table: Option<String>,
     /// Relay options.
@@ -131,6 +135,8 @@ pub struct Database {
     pub url: String,
     /// The backend.
     pub kind: DbKind,
+    /// `database_transaction_pooler`: the URL goes through a transaction pooler.
+    pub transaction_pooler: bool,
 }
 
 /// Everything the commands need, resolved from flags, environment, config file and defaults.
@@ -247,6 +253,7 @@ pub fn resolve(
         Some(url) => Some(Database {
             kind: DbKind::from_url(&url)?,
             url,
+            transaction_pooler: file.database_transaction_pooler.unwrap_or(false),
         }),
         None => None,
     };
@@ -506,7 +513,8 @@ mod tests {
             settings.wakeup,
             WakeupSettings::ListenNotify {
                 channel: "hare_outbox".to_owned(),
-                mode: WakeupMode::AfterCommit
+                mode: WakeupMode::AfterCommit,
+                listen_url: None,
             }
         );
         assert_eq!(settings.captures.len(), 2);
@@ -541,7 +549,8 @@ mod tests {
             s.wakeup,
             WakeupSettings::ListenNotify {
                 channel: "erp".to_owned(),
-                mode: WakeupMode::InTransaction
+                mode: WakeupMode::InTransaction,
+                listen_url: None,
             }
         );
         assert!(s.wakeup.check_backend(DbKind::Postgres).is_ok());

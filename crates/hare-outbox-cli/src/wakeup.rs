@@ -45,6 +45,13 @@ pub struct WakeupSection {
     pub bootstrap_servers: Option<String>,
     /// kafka: the signal topic. Default `hare_outbox`.
     pub topic: Option<String>,
+    /// listen_notify: a direct `postgres://` URL for the LISTEN connection when `database_url`
+    /// goes through a transaction pooler (which cannot hold LISTEN); no password allowed here.
+    pub listen_url: Option<String>,
+    /// listen_notify: the environment variable holding that URL.
+    pub listen_url_env: Option<String>,
+    /// listen_notify: a file holding that URL (relative to the config file).
+    pub listen_url_file: Option<PathBuf>,
 }
 
 /// The kinds of wake-up.
@@ -80,7 +87,13 @@ impl WakeupKind {
     fn keys(self) -> &'static [&'static str] {
         match self {
             WakeupKind::None => &[],
-            WakeupKind::ListenNotify => &["channel", "mode"],
+            WakeupKind::ListenNotify => &[
+                "channel",
+                "mode",
+                "listen_url",
+                "listen_url_env",
+                "listen_url_file",
+            ],
             WakeupKind::Redis => &["url", "url_env", "url_file", "channel"],
             WakeupKind::Nats => &["url", "url_env", "url_file", "subject"],
             WakeupKind::Rabbitmq => &["url", "url_env", "url_file", "exchange"],
@@ -110,6 +123,8 @@ pub enum WakeupSettings {
         channel: String,
         /// When writers NOTIFY.
         mode: WakeupMode,
+        /// A direct URL for the LISTEN connection; `None`: the database pool's.
+        listen_url: Option<SecretUrl>,
     },
     /// Redis pub/sub.
     Redis {
@@ -202,12 +217,21 @@ impl WakeupSettings {
         let or_default = |v: &Option<String>| v.clone().unwrap_or_else(|| "hare_outbox".to_owned());
         match self {
             WakeupSettings::None => "none (polling only)".to_owned(),
-            WakeupSettings::ListenNotify { channel, mode } => format!(
-                "listen_notify on channel {channel:?} ({})",
+            WakeupSettings::ListenNotify {
+                channel,
+                mode,
+                listen_url,
+            } => format!(
+                "listen_notify on channel {channel:?} ({}){}",
                 match mode {
                     WakeupMode::AfterCommit => "after_commit",
                     WakeupMode::InTransaction => "in_transaction",
-                }
+                },
+                listen_url.as_ref().map_or_else(String::new, |url| format!(
+                    ", LISTEN through {} (from {})",
+                    url.shown(),
+                    url.source
+                ))
             ),
             WakeupSettings::Redis { url, channel } => format!(
                 "redis {} (from {}) channel {:?}",
@@ -270,6 +294,9 @@ pub fn resolve(
         ("exchange", section.exchange.is_some()),
         ("bootstrap_servers", section.bootstrap_servers.is_some()),
         ("topic", section.topic.is_some()),
+        ("listen_url", section.listen_url.is_some()),
+        ("listen_url_env", section.listen_url_env.is_some()),
+        ("listen_url_file", section.listen_url_file.is_some()),
     ]
     .into_iter()
     .filter_map(|(k, s)| s.then_some(k))
@@ -320,9 +347,27 @@ pub fn resolve(
                     "channel = {channel:?} is not allowed; use a PostgreSQL channel name of 1 to 63 bytes"
                 )));
             }
+            let listen_url = secret_url(
+                section.listen_url.as_deref(),
+                section.listen_url_env.as_deref(),
+                section.listen_url_file.as_deref(),
+                None,
+                base_dir,
+                env,
+            )
+            .map_err(|e| usage(format!("listen_url: {e:#}")))?;
+            if let Some(url) = &listen_url
+                && !(url.value.starts_with("postgres://") || url.value.starts_with("postgresql://"))
+            {
+                return Err(usage(format!(
+                    "listen_url = {:?} is not a postgres:// or postgresql:// URL",
+                    url.shown()
+                )));
+            }
             WakeupSettings::ListenNotify {
                 channel,
                 mode: section.mode.unwrap_or(WakeupMode::AfterCommit),
+                listen_url,
             }
         }
         WakeupKind::Redis => WakeupSettings::Redis {

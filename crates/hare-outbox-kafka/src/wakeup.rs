@@ -57,9 +57,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// after it returns is received. Later subscribers share the task through a broadcast channel, and
 /// the task stops when the last subscriber is gone. A consumer error (e.g. the broker went away)
 /// ends the subscription; it is made again after a pause of 100 ms, doubled after each failed
-/// attempt up to 5 s, with jitter. After five failed attempts in a row the task logs an ERROR and
-/// gives up: subscribers see the wake-up as closed and relays go on polling at their poll interval.
-/// A later `subscribe()` starts over. Signals sent while no subscription was live are not read.
+/// attempt up to 60 s, with jitter. After five failed attempts in a row the task logs an ERROR —
+/// relays poll at their poll interval meanwhile — and goes on retrying; it never gives up while
+/// anyone subscribes. Signals sent while no subscription was live are not read; each restored
+/// subscription sends an empty signal instead, so every relay polls once.
 /// The consumer asks the broker to answer a fetch after at most 10 ms (`fetch.wait.max.ms`), so
 /// a signal reaches relays within a few milliseconds (p50 4 ms on tansu, against 20–28 ms with
 /// 100 ms; BENCHMARKS.md), at the price of up to 100 fetch requests per second per listening
@@ -368,11 +369,11 @@ impl Wakeup for KafkaWakeup {
     }
 
     /// A subscription fed by this object's shared listener task; see the type's docs for
-    /// reconnects and giving up. Waits for the first attempt to subscribe (at most 5 s).
+    /// reconnects. Waits for the first attempt to subscribe (at most 5 s).
     ///
     /// # Errors
-    /// None: a subscription that cannot be made shows as a closed [`WakeupSubscription`] after
-    /// five failed attempts.
+    /// None: a subscription that cannot be made yet stays open while the listener retries;
+    /// it closes only on `close()`.
     async fn subscribe(&self) -> Result<WakeupSubscription> {
         let source: Arc<dyn Source> = Arc::new(KafkaSource {
             shared: self.inner.shared.clone(),

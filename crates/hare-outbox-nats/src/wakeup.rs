@@ -37,11 +37,12 @@ const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// first [`Wakeup::subscribe`] connects its own client and subscribes (it returns once the server
 /// has the subscription, or the first attempt failed), later ones share that subscription through
 /// a broadcast channel, and the task stops when the last subscriber is gone. If the first connect
-/// fails, it is tried again after 100 ms, doubled after each failure up to 5 s, with jitter. Once
-/// connected, the client reconnects and resubscribes by itself when the connection breaks, at once
-/// and then with the same growing pauses. After five failed attempts in a row — either way — the
-/// task logs an ERROR and gives up: subscribers see the wake-up as closed and relays go on
-/// polling at their poll interval. A later `subscribe()` starts over.
+/// fails, it is tried again after 100 ms, doubled after each failure up to 60 s, with jitter.
+/// Once connected, the client reconnects and resubscribes by itself when the connection breaks,
+/// at once and then with growing pauses. After five failed attempts in a row — either way — the
+/// task logs an ERROR (relays poll at their poll interval meanwhile) and goes on with a new
+/// client; it never gives up while anyone subscribes. Each new subscription after the first sends
+/// an empty signal, so every relay polls once for the signals lost meanwhile.
 ///
 /// A lost signal is harmless: relays poll anyway. A message on the subject that is not a JSON
 /// array of strings is logged and ignored.
@@ -208,11 +209,11 @@ impl Wakeup for NatsWakeup {
     }
 
     /// A subscription fed by this object's shared listener task; see the type's docs for
-    /// reconnects and giving up. Waits for the first attempt to subscribe (at most 5 s).
+    /// reconnects. Waits for the first attempt to subscribe (at most 5 s).
     ///
     /// # Errors
-    /// None: a subscription that cannot be made shows as a closed [`WakeupSubscription`] after
-    /// five failed attempts.
+    /// None: a subscription that cannot be made yet stays open while the listener retries;
+    /// it closes only on `close()`.
     async fn subscribe(&self) -> Result<WakeupSubscription> {
         let source: Arc<dyn Source> = Arc::new(NatsSource {
             servers: self.inner.servers.clone(),

@@ -39,10 +39,11 @@ use hare_outbox_core::capture::{
 };
 use hare_outbox_core::{Error, OutboxTable, Result};
 use serde_json::Value;
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::error::translate;
+use crate::exec::Db;
 use crate::sql::{quote_ident, quoted_table};
 
 const FUNCTION: &str = include_str!("../queries/capture_function.sql");
@@ -424,9 +425,10 @@ struct Resolved {
     name: String,
 }
 
-async fn resolve(conn: &mut PgConnection, qualified: &str) -> Result<Option<Resolved>> {
+async fn resolve(db: Db<'_>, conn: &mut PgConnection, qualified: &str) -> Result<Option<Resolved>> {
     let row = sqlx::query(RELATION)
         .bind(qualified)
+        .persistent(db.persistent())
         .fetch_optional(&mut *conn)
         .await
         .map_err(translate)?;
@@ -476,26 +478,27 @@ fn object_name(outbox: &str, schema: &str, table: &str) -> String {
 
 /// Installs one capture in one transaction; see `Backend::capture_install`.
 pub(crate) async fn install(
-    pool: &PgPool,
+    db: Db<'_>,
     outbox: &OutboxTable,
     params: &CaptureInstallParams,
 ) -> Result<()> {
     let plan = &params.plan;
     let declaration = &plan.declaration;
-    let mut tx = pool.begin().await.map_err(translate)?;
+    let mut tx = db.pool.begin().await.map_err(translate)?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.capture'))")
+        .persistent(db.persistent())
         .execute(&mut *tx)
         .await
         .map_err(translate)?;
 
     let outbox_name = quoted_table(outbox);
-    let Some(outbox_rel) = resolve(&mut tx, &outbox_name).await? else {
+    let Some(outbox_rel) = resolve(db, &mut tx, &outbox_name).await? else {
         return Err(Error::configuration(format!(
             "outbox table {outbox} does not exist; create it first (Outbox::migrate)"
         )));
     };
     let target = qualified(declaration.schema.as_deref(), &declaration.table);
-    let Some(table) = resolve(&mut tx, &target).await? else {
+    let Some(table) = resolve(db, &mut tx, &target).await? else {
         return Err(Error::configuration(format!(
             "change capture: table {target} does not exist"
         )));
@@ -536,6 +539,7 @@ pub(crate) async fn install(
         .collect();
     let primary_key: Vec<String> = sqlx::query(PRIMARY_KEY)
         .bind(table.oid)
+        .persistent(db.persistent())
         .fetch_all(&mut *tx)
         .await
         .map_err(translate)?
@@ -790,18 +794,19 @@ fn function_sql(
 
 /// Removes one capture; see `Backend::capture_uninstall`.
 pub(crate) async fn uninstall(
-    pool: &PgPool,
+    db: Db<'_>,
     outbox: &OutboxTable,
     params: &CaptureUninstallParams,
 ) -> Result<bool> {
-    let mut tx = pool.begin().await.map_err(translate)?;
+    let mut tx = db.pool.begin().await.map_err(translate)?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.capture'))")
+        .persistent(db.persistent())
         .execute(&mut *tx)
         .await
         .map_err(translate)?;
-    let installed = list(&mut tx, outbox).await?;
+    let installed = list(db, &mut tx, outbox).await?;
     let target = qualified(params.schema.as_deref(), &params.table);
-    let resolved = resolve(&mut tx, &target).await.ok().flatten();
+    let resolved = resolve(db, &mut tx, &target).await.ok().flatten();
     let found = installed.into_iter().find(|(_, record, _)| {
         record.table == params.table
             && match (&params.schema, &resolved) {
@@ -819,7 +824,7 @@ pub(crate) async fn uninstall(
         quote_ident(&record.schema),
         quote_ident(&record.table)
     );
-    let table_exists = resolve(&mut tx, &table_sql).await?.is_some();
+    let table_exists = resolve(db, &mut tx, &table_sql).await?.is_some();
     let drop_trigger = if table_exists {
         format!(
             "DROP TRIGGER IF EXISTS {} ON {table_sql};",
@@ -848,14 +853,16 @@ pub(crate) async fn uninstall(
 
 /// The installed captures into `outbox`: (function schema, record, trigger state).
 async fn list(
+    db: Db<'_>,
     conn: &mut PgConnection,
     outbox: &OutboxTable,
 ) -> Result<Vec<(String, CaptureRecord, Option<String>)>> {
-    let Some(outbox_rel) = resolve(conn, &quoted_table(outbox)).await? else {
+    let Some(outbox_rel) = resolve(db, conn, &quoted_table(outbox)).await? else {
         return Ok(Vec::new());
     };
     let outbox_id = format!("{}.{}", outbox_rel.schema, outbox_rel.name);
     let rows = sqlx::query(LIST)
+        .persistent(db.persistent())
         .fetch_all(&mut *conn)
         .await
         .map_err(translate)?;
@@ -880,9 +887,9 @@ async fn list(
 }
 
 /// Every capture into `outbox` with its drift; see `Backend::capture_status`.
-pub(crate) async fn status(pool: &PgPool, outbox: &OutboxTable) -> Result<Vec<CaptureStatus>> {
-    let mut conn = pool.acquire().await.map_err(translate)?;
-    let installed = list(&mut conn, outbox).await?;
+pub(crate) async fn status(db: Db<'_>, outbox: &OutboxTable) -> Result<Vec<CaptureStatus>> {
+    let mut conn = db.pool.acquire().await.map_err(translate)?;
+    let installed = list(db, &mut conn, outbox).await?;
     let mut out = Vec::new();
     for (_, record, state) in installed {
         let table_sql = format!(
@@ -891,7 +898,7 @@ pub(crate) async fn status(pool: &PgPool, outbox: &OutboxTable) -> Result<Vec<Ca
             quote_ident(&record.table)
         );
         let mut drift = Vec::new();
-        match resolve(&mut conn, &table_sql).await? {
+        match resolve(db, &mut conn, &table_sql).await? {
             None => drift.push(CaptureDrift::TableMissing),
             Some(table) => {
                 let mut catalog = Catalog {
@@ -906,6 +913,7 @@ pub(crate) async fn status(pool: &PgPool, outbox: &OutboxTable) -> Result<Vec<Ca
                     .collect();
                 let primary_key: Vec<String> = sqlx::query(PRIMARY_KEY)
                     .bind(table.oid)
+                    .persistent(db.persistent())
                     .fetch_all(&mut *conn)
                     .await
                     .map_err(translate)?
@@ -932,13 +940,18 @@ pub(crate) async fn status(pool: &PgPool, outbox: &OutboxTable) -> Result<Vec<Ca
 }
 
 /// Sets or clears the transaction's context headers; see `Backend::context_set`.
-pub(crate) async fn context_set(conn: &mut PgConnection, params: &ContextSetParams) -> Result<()> {
+pub(crate) async fn context_set(
+    db: Db<'_>,
+    conn: &mut PgConnection,
+    params: &ContextSetParams,
+) -> Result<()> {
     let text = match &params.headers {
         Some(headers) => Value::Object(headers.clone()).to_string(),
         None => String::new(),
     };
     sqlx::query(CONTEXT_SET)
         .bind(text)
+        .persistent(db.persistent())
         .execute(&mut *conn)
         .await
         .map_err(translate)?;

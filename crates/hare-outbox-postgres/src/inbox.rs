@@ -3,10 +3,11 @@
 use chrono::{DateTime, Utc};
 use hare_outbox_core::{OutboxTable, Result};
 use sqlx::AssertSqlSafe;
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::PgConnection;
 use uuid::Uuid;
 
 use crate::error::translate;
+use crate::exec::{Db, RunIn};
 use crate::sql::quoted_table;
 
 fn render(sql: &str, table: &OutboxTable) -> String {
@@ -26,9 +27,10 @@ pub(crate) fn schema_sql(table: &OutboxTable) -> String {
     sql
 }
 
-pub(crate) async fn migrate(pool: &PgPool, table: &OutboxTable) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(translate)?;
+pub(crate) async fn migrate(db: Db<'_>, table: &OutboxTable) -> Result<()> {
+    let mut tx = db.pool.begin().await.map_err(translate)?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
+        .persistent(db.persistent())
         .execute(&mut *tx)
         .await
         .map_err(translate)?;
@@ -40,6 +42,7 @@ pub(crate) async fn migrate(pool: &PgPool, table: &OutboxTable) -> Result<()> {
 }
 
 pub(crate) async fn record(
+    db: Db<'_>,
     conn: &mut PgConnection,
     table: &OutboxTable,
     consumer: &str,
@@ -51,6 +54,7 @@ pub(crate) async fn record(
     )))
     .bind(consumer)
     .bind(event_id)
+    .persistent(db.persistent())
     .fetch_optional(&mut *conn)
     .await
     .map_err(translate)?;
@@ -58,7 +62,7 @@ pub(crate) async fn record(
 }
 
 pub(crate) async fn delete_older(
-    pool: &PgPool,
+    db: Db<'_>,
     table: &OutboxTable,
     before: DateTime<Utc>,
     limit: i64,
@@ -69,7 +73,7 @@ pub(crate) async fn delete_older(
     )))
     .bind(before)
     .bind(limit)
-    .execute(pool)
+    .execute_in(db)
     .await
     .map_err(translate)?;
     Ok(done.rows_affected())

@@ -7,9 +7,9 @@ use hare_outbox_core::journal::{
 };
 use hare_outbox_core::{Error, EventStatus, OutboxEvent, OutboxTable, Result};
 use serde_json::Value;
-use sqlx::postgres::PgPool;
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::exec::{Db, RunIn};
 use crate::sql::Statements;
 use crate::{bind_topics, decode, translate};
 
@@ -35,7 +35,7 @@ fn pk_json(pk: &str) -> Option<Value> {
 
 /// One page of events matching `query` (see `queries/event_list.sql`).
 pub(crate) async fn list(
-    pool: &PgPool,
+    db: Db<'_>,
     table: &OutboxTable,
     query: &EventQuery,
 ) -> Result<Vec<OutboxEvent>> {
@@ -64,7 +64,7 @@ pub(crate) async fn list(
         .bind(query.created_until)
         .bind(cursor)
         .bind(i64::from(query.limit))
-        .fetch_all(pool)
+        .fetch_all_in(db)
         .await
         .map_err(translate)?;
     rows.iter().map(|row| decode(table, row)).collect()
@@ -169,7 +169,7 @@ struct Latency {
 /// `queries/event_timeline_latency.sql`), both read in one `REPEATABLE READ` transaction so they
 /// agree.
 pub(crate) async fn timeline(
-    pool: &PgPool,
+    db: Db<'_>,
     table: &OutboxTable,
     params: &TimelineParams,
 ) -> Result<Vec<TimelineBucket>> {
@@ -177,8 +177,9 @@ pub(crate) async fn timeline(
     let since = Grid::time(grid.since_us)?;
     let until = Grid::time(grid.until_us)?;
     let statements = Statements::for_table(table);
-    let mut tx = pool.begin().await.map_err(translate)?;
+    let mut tx = db.pool.begin().await.map_err(translate)?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .persistent(db.persistent())
         .execute(&mut *tx)
         .await
         .map_err(translate)?;
@@ -190,6 +191,7 @@ pub(crate) async fn timeline(
         .bind(&edges)
         .bind(since)
         .bind(until)
+        .persistent(db.persistent())
         .fetch_all(&mut *tx)
         .await
         .map_err(translate)?;
@@ -197,6 +199,7 @@ pub(crate) async fn timeline(
         .bind(&edges)
         .bind(since)
         .bind(until)
+        .persistent(db.persistent())
         .fetch_all(&mut *tx)
         .await
         .map_err(translate)?;

@@ -24,6 +24,7 @@
 
 mod capture;
 mod error;
+mod exec;
 mod inbox;
 mod journal;
 mod sql;
@@ -49,6 +50,7 @@ use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 pub use error::translate;
+use exec::RunIn;
 use sql::Statements;
 pub use wakeup::{DEFAULT_CHANNEL, ListenNotifyWakeup, MAX_LISTEN_FAILURES, NotifyMode};
 
@@ -68,13 +70,46 @@ pub fn lease_statement(table: &OutboxTable, limit: i64, max_events_per_key: i64)
 #[derive(Debug, Clone)]
 pub struct PgBackend {
     pool: PgPool,
+    pooler: bool,
 }
 
 impl PgBackend {
     /// A backend over `pool`. The relay takes one connection per statement, briefly; a pool of 2 to
     /// 5 connections per relay is plenty.
     pub fn new(pool: PgPool) -> Self {
-        PgBackend { pool }
+        PgBackend {
+            pool,
+            pooler: false,
+        }
+    }
+
+    /// Says whether `pool` connects through a transaction pooler (PgBouncer in
+    /// `pool_mode = transaction`, or a proxy like it). When it does, every statement of this
+    /// backend is sent unnamed (never a named prepared statement, which another client of the
+    /// same server connection would collide with) and the relay's statements each run in a
+    /// transaction of their own, which the pooler keeps on one server connection; nothing
+    /// session-scoped is used either way (advisory locks are transaction-scoped, settings are
+    /// `SET LOCAL`). Costs two round trips per relay statement (`BEGIN`, `COMMIT`). Defaults to
+    /// `false`. Your own statements through such a pool need `persistent(false)` too, or a
+    /// pooler that tracks prepared statements (PgBouncer ≥ 1.21, `max_prepared_statements`).
+    /// LISTEN cannot go through it: see
+    /// [`ListenNotifyWakeup::with_listen_pool`](crate::ListenNotifyWakeup::with_listen_pool).
+    pub fn with_transaction_pooler(mut self, pooler: bool) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// Whether statements are sent for a transaction pooler; see
+    /// [`PgBackend::with_transaction_pooler`].
+    pub fn transaction_pooler(&self) -> bool {
+        self.pooler
+    }
+
+    fn db(&self) -> exec::Db<'_> {
+        exec::Db {
+            pool: &self.pool,
+            pooler: self.pooler,
+        }
     }
 
     /// The pool.
@@ -101,6 +136,7 @@ impl Backend for PgBackend {
         let mut tx = self.pool.begin().await.map_err(translate)?;
         // Serializes concurrent migrations: CREATE … IF NOT EXISTS alone races on the catalog.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
+            .persistent(self.db().persistent())
             .execute(&mut *tx)
             .await
             .map_err(translate)?;
@@ -142,10 +178,15 @@ impl Backend for PgBackend {
         for (_, value) in &params.extra {
             query = bind_extra(query, value);
         }
-        let inserted = query.fetch_optional(&mut *conn).await.map_err(translate)?;
+        let inserted = query
+            .persistent(self.db().persistent())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(translate)?;
         if let Some(row) = inserted {
             let event = decode(table, &row)?;
             notify_in_transaction(
+                self.db(),
                 conn,
                 params.notify_channel.as_deref(),
                 std::slice::from_ref(&event.topic),
@@ -157,8 +198,14 @@ impl Backend for PgBackend {
             });
         }
         // ON CONFLICT DO NOTHING: the key is taken; return the stored event unchanged.
-        let mut stored =
-            stored_by_keys(conn, table, &statements, std::slice::from_ref(params)).await?;
+        let mut stored = stored_by_keys(
+            self.db(),
+            conn,
+            table,
+            &statements,
+            std::slice::from_ref(params),
+        )
+        .await?;
         let event = stored
             .pop()
             .flatten()
@@ -215,7 +262,11 @@ impl Backend for PgBackend {
                     .map_or(ColumnType::Text, |c| c.column_type());
                 query = bind_extra_array(query, column_type, run.iter().map(|p| &p.extra[i].1));
             }
-            let rows = query.fetch_all(&mut *savepoint).await.map_err(translate)?;
+            let rows = query
+                .persistent(self.db().persistent())
+                .fetch_all(&mut *savepoint)
+                .await
+                .map_err(translate)?;
             let mut by_id = std::collections::HashMap::with_capacity(rows.len());
             for row in &rows {
                 let event = decode(table, row)?;
@@ -238,7 +289,8 @@ impl Backend for PgBackend {
         if !missing.is_empty() {
             let wanted: Vec<EventInsertParams> =
                 missing.iter().map(|&i| params[i].clone()).collect();
-            let stored = stored_by_keys(&mut savepoint, table, &statements, &wanted).await?;
+            let stored =
+                stored_by_keys(self.db(), &mut savepoint, table, &statements, &wanted).await?;
             for (&i, event) in missing.iter().zip(stored) {
                 let event = event.ok_or_else(|| invisible_key(&params[i]))?;
                 results[i] = Some(Inserted {
@@ -255,6 +307,7 @@ impl Backend for PgBackend {
             .collect();
         let channel = params.first().and_then(|p| p.notify_channel.as_deref());
         notify_in_transaction(
+            self.db(),
             &mut savepoint,
             channel,
             &created.into_iter().collect::<Vec<_>>(),
@@ -283,7 +336,7 @@ impl Backend for PgBackend {
         .bind(&params.leased_by)
         .bind(&params.key_cursor);
         let rows = bind_topics(query, &params.topics)
-            .fetch_all(&self.pool)
+            .fetch_all_in(self.db())
             .await
             .map_err(translate)?;
         let key_cursor = match rows.first() {
@@ -336,7 +389,7 @@ impl Backend for PgBackend {
                 .bind(vec![None::<f64>; n])
                 .bind(params.now)
                 .bind(&params.leased_by)
-                .execute(&self.pool)
+                .execute_in(self.db())
                 .await
                 .map_err(translate)?;
         }
@@ -360,7 +413,7 @@ impl Backend for PgBackend {
         ))
         .bind(&params.sequences)
         .bind(&params.leased_by)
-        .execute(&self.pool)
+        .execute_in(self.db())
         .await
         .map_err(translate)?;
         Ok(done.rows_affected())
@@ -378,7 +431,7 @@ impl Backend for PgBackend {
         .bind(&params.leased_by)
         .bind(params.lease.as_secs_f64())
         .bind(params.now)
-        .execute(&self.pool)
+        .execute_in(self.db())
         .await
         .map_err(translate)?;
         Ok(done.rows_affected())
@@ -408,7 +461,7 @@ impl Backend for PgBackend {
                 .bind(&params.sequences)
                 .bind(params.now)
                 .bind(records)
-                .execute(&self.pool)
+                .execute_in(self.db())
                 .await
                 .map_err(translate)?;
             return Ok(done.rows_affected());
@@ -418,7 +471,7 @@ impl Backend for PgBackend {
         ))
         .bind(&params.sequences)
         .bind(params.now)
-        .execute(&self.pool)
+        .execute_in(self.db())
         .await
         .map_err(translate)?;
         Ok(done.rows_affected())
@@ -461,7 +514,7 @@ impl Backend for PgBackend {
                 .collect();
             query = query.bind(records);
         }
-        let done = query.execute(&self.pool).await.map_err(translate)?;
+        let done = query.execute_in(self.db()).await.map_err(translate)?;
         Ok(done.rows_affected())
     }
 
@@ -470,7 +523,7 @@ impl Backend for PgBackend {
             Statements::for_table(table).event_get.clone(),
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional_in(self.db())
         .await
         .map_err(translate)?;
         row.as_ref().map(|r| decode(table, r)).transpose()
@@ -500,7 +553,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         query: &hare_outbox_core::journal::EventQuery,
     ) -> Result<Vec<OutboxEvent>> {
-        journal::list(&self.pool, table, query).await
+        journal::list(self.db(), table, query).await
     }
 
     /// The timeline of `params`, in two statements read in one `REPEATABLE READ` transaction: the
@@ -518,7 +571,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &hare_outbox_core::journal::TimelineParams,
     ) -> Result<Vec<hare_outbox_core::journal::TimelineBucket>> {
-        journal::timeline(&self.pool, table, params).await
+        journal::timeline(self.db(), table, params).await
     }
 
     async fn event_retry_dead_lettered(
@@ -533,7 +586,7 @@ impl Backend for PgBackend {
         ))
         .bind(&params.ids);
         let done = bind_topics(query, &params.topics)
-            .execute(&self.pool)
+            .execute_in(self.db())
             .await
             .map_err(translate)?;
         Ok(done.rows_affected())
@@ -553,7 +606,7 @@ impl Backend for PgBackend {
             .bind(params.before)
             .bind(params.limit);
         let done = bind_topics(query, &params.topics)
-            .execute(&self.pool)
+            .execute_in(self.db())
             .await
             .map_err(translate)?;
         Ok(done.rows_affected())
@@ -562,7 +615,7 @@ impl Backend for PgBackend {
     async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
         let query = sqlx::query(AssertSqlSafe(Statements::for_table(table).backlog.clone()));
         let row = bind_topics(query, &params.topics)
-            .fetch_one(&self.pool)
+            .fetch_one_in(self.db())
             .await
             .map_err(translate)?;
         let oldest: Option<DateTime<Utc>> = row.try_get("oldest_pending").map_err(translate)?;
@@ -580,7 +633,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &hare_outbox_core::backend::CaptureInstallParams,
     ) -> Result<()> {
-        capture::install(&self.pool, table, params).await
+        capture::install(self.db(), table, params).await
     }
 
     async fn capture_uninstall(
@@ -588,14 +641,14 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &hare_outbox_core::backend::CaptureUninstallParams,
     ) -> Result<bool> {
-        capture::uninstall(&self.pool, table, params).await
+        capture::uninstall(self.db(), table, params).await
     }
 
     async fn capture_status(
         &self,
         table: &OutboxTable,
     ) -> Result<Vec<hare_outbox_core::capture::CaptureStatus>> {
-        capture::status(&self.pool, table).await
+        capture::status(self.db(), table).await
     }
 
     async fn context_set(
@@ -604,7 +657,7 @@ impl Backend for PgBackend {
         _table: &OutboxTable,
         params: &hare_outbox_core::backend::ContextSetParams,
     ) -> Result<()> {
-        capture::context_set(conn, params).await
+        capture::context_set(self.db(), conn, params).await
     }
 
     fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
@@ -612,7 +665,7 @@ impl Backend for PgBackend {
     }
 
     async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
-        inbox::migrate(&self.pool, table).await
+        inbox::migrate(self.db(), table).await
     }
 
     async fn inbox_record(
@@ -622,7 +675,7 @@ impl Backend for PgBackend {
         consumer: &str,
         event_id: Uuid,
     ) -> Result<bool> {
-        inbox::record(conn, table, consumer, event_id).await
+        inbox::record(self.db(), conn, table, consumer, event_id).await
     }
 
     async fn inbox_delete_older(
@@ -631,7 +684,7 @@ impl Backend for PgBackend {
         before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64> {
-        inbox::delete_older(&self.pool, table, before, limit).await
+        inbox::delete_older(self.db(), table, before, limit).await
     }
 }
 
@@ -654,6 +707,7 @@ fn bind_topics<'q>(
 /// transaction cannot see the row). With a tenant column and keys unique across the table, a key
 /// held by another tenant's event is an integrity error (seed 001 § idempotency_key=).
 async fn stored_by_keys(
+    db: exec::Db<'_>,
     conn: &mut PgConnection,
     table: &OutboxTable,
     statements: &Statements,
@@ -667,6 +721,7 @@ async fn stored_by_keys(
         statements.event_get_by_idempotency_key.clone(),
     ))
     .bind(&keys)
+    .persistent(db.persistent())
     .fetch_all(&mut *conn)
     .await
     .map_err(translate)?;
@@ -712,6 +767,7 @@ async fn stored_by_keys(
 /// NOTIFY inside the writing transaction (delivered by PostgreSQL at commit, never for a
 /// rollback), one per topic; PostgreSQL folds repeats of one payload in a transaction into one.
 async fn notify_in_transaction(
+    db: exec::Db<'_>,
     conn: &mut PgConnection,
     channel: Option<&str>,
     topics: &[String],
@@ -725,6 +781,7 @@ async fn notify_in_transaction(
     sqlx::query(include_str!("../queries/wakeup_notify.sql"))
         .bind(channel)
         .bind(topics)
+        .persistent(db.persistent())
         .execute(&mut *conn)
         .await
         .map_err(translate)?;

@@ -50,10 +50,11 @@ const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// bound, or the first attempt failed); later ones share that queue through a broadcast channel,
 /// and the listener stops — its connection closed and its queue gone — when the last subscriber
 /// is gone. A subscription that breaks (the connection closed by the broker or lost) is made
-/// again, with a new queue, after a pause of 100 ms, doubled after each failed attempt up to 5 s,
-/// with jitter. After five failed attempts in a row the listener logs an ERROR and gives up:
-/// subscribers see the wake-up as closed and relays go on polling at their poll interval. A
-/// later `subscribe()` starts over.
+/// again, with a new queue, after a pause of 100 ms, doubled after each failed attempt up to 60 s,
+/// with jitter. After five failed attempts in a row the listener logs an ERROR — relays poll at
+/// their poll interval meanwhile — and goes on retrying; it never gives up while anyone
+/// subscribes. Each restored subscription sends an empty signal, so every relay polls once for
+/// the signals lost meanwhile.
 ///
 /// A lost signal is harmless: relays poll anyway (signals sent while a listener reconnects are
 /// not queued for it). A message that is not a JSON array of strings is logged and ignored.
@@ -306,12 +307,12 @@ impl Wakeup for RabbitMqWakeup {
         Err(error)
     }
 
-    /// A subscription fed by this object's shared listener; see the type's docs for reconnects
-    /// and giving up. Waits for the first attempt to subscribe (at most 5 s).
+    /// A subscription fed by this object's shared listener; see the type's docs for reconnects.
+    /// Waits for the first attempt to subscribe (at most 5 s).
     ///
     /// # Errors
-    /// None: a subscription that cannot be made shows as a closed [`WakeupSubscription`] after
-    /// five failed attempts.
+    /// None: a subscription that cannot be made yet stays open while the listener retries;
+    /// it closes only on `close()`.
     async fn subscribe(&self) -> Result<WakeupSubscription> {
         let source: Arc<dyn Source> = Arc::new(RabbitMqSource {
             broker: self.inner.broker.clone(),

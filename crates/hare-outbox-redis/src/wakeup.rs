@@ -40,10 +40,11 @@ const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// subscription, or the first attempt failed), later ones share that subscription through a
 /// broadcast channel, and the task stops when the last subscriber is gone. A subscription that
 /// breaks (Redis restarted, the connection was killed, a `PING` every 30 s went unanswered for
-/// 5 s) is made again after a pause of 100 ms, doubled after each failed attempt up to 5 s, with
-/// jitter. After five failed attempts in a row the task logs an ERROR and gives up: subscribers
-/// see the wake-up as closed and relays go on polling at their poll interval. A later
-/// `subscribe()` starts over.
+/// 5 s) is made again after a pause of 100 ms, doubled after each failed attempt up to 60 s, with
+/// jitter. After five failed attempts in a row the task logs an ERROR — relays poll at their
+/// poll interval meanwhile — and goes on retrying; it never gives up while anyone subscribes.
+/// Each restored subscription sends an empty signal, so every relay polls once for the signals
+/// lost meanwhile.
 ///
 /// A lost signal is harmless: relays poll anyway. A message on the channel that is not a JSON
 /// array of strings is logged and ignored.
@@ -209,11 +210,11 @@ impl Wakeup for RedisWakeup {
     }
 
     /// A subscription fed by this object's shared listener task; see the type's docs for
-    /// reconnects and giving up. Waits for the first attempt to subscribe (at most 5 s).
+    /// reconnects. Waits for the first attempt to subscribe (at most 5 s).
     ///
     /// # Errors
-    /// None: a subscription that cannot be made shows as a closed [`WakeupSubscription`] after
-    /// five failed attempts.
+    /// None: a subscription that cannot be made yet stays open while the listener retries;
+    /// it closes only on `close()`.
     async fn subscribe(&self) -> Result<WakeupSubscription> {
         let source: Arc<dyn Source> = Arc::new(RedisSource {
             client: self.inner.client.clone(),

@@ -22,12 +22,7 @@ fn topics(names: &[&str]) -> Vec<String> {
 
 /// The next signal, which must come within [`WAIT`].
 async fn next(sub: &mut WakeupSubscription) -> Vec<String> {
-    let signal = tokio::time::timeout(WAIT, sub.recv())
-        .await
-        .expect("a signal within the wait")
-        .expect("the wake-up is open")
-        .expect("no signal was missed");
-    signal.to_vec()
+    hare_outbox_testkit::next_topics(sub, WAIT).await
 }
 
 async fn numsub(conn: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
@@ -195,33 +190,67 @@ async fn a_restarted_server_is_subscribed_to_again() {
 
 /// On a current-thread runtime, so the listener task logs into the captured subscriber.
 #[tokio::test]
-async fn a_closed_port_gives_up_after_five_failures_and_the_relay_polls_on() {
+async fn a_closed_port_fails_signals_and_subscribing_stays_open() {
     let (logs, _guard) = Logs::capture();
     let wakeup = RedisWakeup::new(&format!("redis://127.0.0.1:{}/0", closed_port()))
         .unwrap()
         .with_channel(unique("chan"))
         .unwrap();
-
     let error = wakeup.signal(&topics(&["t"])).await.unwrap_err();
     assert!(
         matches!(error, hare_outbox_core::Error::Database { .. }),
         "{error}"
     );
-
     let mut sub = wakeup.subscribe().await.unwrap();
-    let closed = tokio::time::timeout(WAIT, sub.recv()).await.unwrap();
-    assert!(closed.is_none(), "the subscription closes after giving up");
-    let errors = logs.lines("ERROR", "failed 5 times in a row; giving up");
-    assert_eq!(errors.len(), 1, "{}", logs.text());
-    assert_eq!(
-        logs.lines("WARN", "wake-up subscription failed; retrying")
-            .len(),
-        4,
-        "{}",
-        logs.text()
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), sub.recv())
+            .await
+            .is_err(),
+        "the subscription stays open while the listener retries"
     );
+    wait_for("a retry", WAIT, || async {
+        (!logs
+            .lines("WARN", "wake-up subscription failed; retrying")
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    wakeup.close().await.unwrap();
+}
 
-    // A relay whose wake-up gives up keeps delivering at its poll interval.
+/// A cut line between the listener and Redis: after five failures an ERROR says the relays poll
+/// meanwhile; a relay delivers by polling; once the line is back the subscription is restored
+/// and asks the relays for one poll.
+#[tokio::test]
+async fn a_cut_line_logs_an_error_after_five_failures_and_the_subscription_comes_back() {
+    let (logs, _guard) = Logs::capture();
+    let redis_port: u16 = url()
+        .rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .expect("a port in the Redis URL");
+    let proxy = hare_outbox_testkit::net::DelayProxy::start(redis_port, Duration::ZERO).await;
+    proxy.sever();
+    let wakeup = RedisWakeup::new(&format!("redis://127.0.0.1:{}/0", proxy.port))
+        .unwrap()
+        .with_channel(unique("chan"))
+        .unwrap();
+    let mut sub = wakeup.subscribe().await.unwrap();
+    wait_for(
+        "the ERROR after five failures",
+        Duration::from_secs(20),
+        || async {
+            (logs
+                .lines("ERROR", "failed 5 times in a row; relays poll meanwhile")
+                .len()
+                == 1)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // A relay whose wake-up is down keeps delivering at its poll interval.
     let (schema, outbox) = pg_outbox().await;
     let outbox = outbox.with_wakeup(wakeup.clone()).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -239,10 +268,6 @@ async fn a_closed_port_gives_up_after_five_failures_and_the_relay_polls_on() {
     )
     .unwrap();
     relay.start().unwrap();
-    wait_for("the relay's wake-up to give up", WAIT, || async {
-        (logs.lines("ERROR", "giving up").len() >= 2).then_some(())
-    })
-    .await;
     let mut tx = outbox.begin().await.unwrap();
     tx.enqueue(OutboxMessage::new("t", json!({"by": "polling"})))
         .await
@@ -253,7 +278,22 @@ async fn a_closed_port_gives_up_after_five_failures_and_the_relay_polls_on() {
         (seen.lock().unwrap().len() == 1).then_some(())
     })
     .await;
-    assert_eq!(seen.lock().unwrap()[0], json!({"by": "polling"}));
+
+    proxy.restore();
+    // The next attempt (at most 60 s away, 3.2 s at the sixth) subscribes again.
+    let poll_now = tokio::time::timeout(Duration::from_secs(20), sub.recv())
+        .await
+        .expect("the subscription is restored")
+        .expect("still open")
+        .expect("not lagging");
+    assert!(poll_now.is_empty(), "an empty signal: poll now");
+    assert_eq!(logs.lines("INFO", "wake-up subscription restored").len(), 1);
+    wait_for("a signal after the line is back", WAIT, || async {
+        wakeup.signal(&topics(&["after.cut"])).await.ok()
+    })
+    .await;
+    assert_eq!(next(&mut sub).await, ["after.cut"]);
     relay.stop().await.unwrap();
+    wakeup.close().await.unwrap();
     schema.drop_schema().await;
 }

@@ -32,3 +32,25 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// The topics of the next signal on `sub` that names any, within `timeout`. Empty signals (the
+/// "poll now" a wake-up sends after a reconnect) are skipped.
+///
+/// # Panics
+/// When `timeout` passes first, the wake-up closes, or signals were missed.
+pub async fn next_topics(
+    sub: &mut hare_outbox_core::WakeupSubscription,
+    timeout: std::time::Duration,
+) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let signal = tokio::time::timeout_at(deadline, sub.recv())
+            .await
+            .expect("a signal within the wait")
+            .expect("the wake-up is open")
+            .expect("no signal was missed");
+        if !signal.is_empty() {
+            return signal.to_vec();
+        }
+    }
+}

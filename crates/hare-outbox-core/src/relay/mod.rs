@@ -354,6 +354,7 @@ impl<B: Backend> Inner<B> {
     async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<()> {
         let config = &self.config;
         let mut storage_errors: i32 = 0;
+        let mut outage = Outage::default();
         let mut next_backlog = tokio::time::Instant::now();
         let mut subscription = match self.outbox.wakeup() {
             Some(wakeup) => match wakeup.subscribe().await {
@@ -387,21 +388,24 @@ impl<B: Backend> Inner<B> {
                 // A poll that leased anything polls again at once (seed 001 § «Один опрос»).
                 Ok(true) => {
                     storage_errors = 0;
+                    outage.recovered(&config.name);
                     continue;
                 }
                 Ok(_) => {
                     storage_errors = 0;
+                    outage.recovered(&config.name);
                     config.poll_interval
                 }
                 Err(error) => {
                     storage_errors = storage_errors.saturating_add(1);
+                    let cap = storage_backoff_cap(config.poll_interval);
                     let wait = retry_delay(
                         storage_errors,
-                        Duration::from_millis(500),
-                        Duration::from_secs(30).max(config.poll_interval),
+                        STORAGE_BACKOFF_BASE.min(cap),
+                        cap,
                         random_jitter(),
                     );
-                    tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, retry_in_seconds = wait.as_secs_f64(), "relay poll failed");
+                    outage.failed(&config.name, &error, wait);
                     wait
                 }
             };
@@ -830,6 +834,57 @@ async fn next_signal(subscription: Option<&mut WakeupSubscription>, topics: &Top
                 return true;
             }
             Some(Some(_)) => {}
+        }
+    }
+}
+
+/// The first pause after a failed poll; it doubles per failure in a row up to
+/// [`storage_backoff_cap`].
+const STORAGE_BACKOFF_BASE: Duration = Duration::from_millis(100);
+
+/// How often a run of failed polls is logged at WARN after its first failure.
+const OUTAGE_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// The longest pause between failed polls: the poll interval, within 50 ms..=5 s, so delivery
+/// resumes within a poll interval (at most 5 s) of the database coming back.
+fn storage_backoff_cap(poll_interval: Duration) -> Duration {
+    poll_interval.clamp(Duration::from_millis(50), Duration::from_secs(5))
+}
+
+/// A run of failed polls, for logs an operator can follow without a flood: the first failure and
+/// then one line per [`OUTAGE_LOG_EVERY`] at WARN with the cause, the rest at DEBUG, and one
+/// INFO when a poll succeeds again.
+#[derive(Debug, Default)]
+struct Outage {
+    /// When the run of failures started, and when it was last logged at WARN.
+    since: Option<(tokio::time::Instant, tokio::time::Instant)>,
+    failures: u64,
+}
+
+impl Outage {
+    fn failed(&mut self, relay: &str, error: &Error, retry_in: Duration) {
+        let now = tokio::time::Instant::now();
+        self.failures += 1;
+        let error = error as &dyn std::error::Error;
+        match &mut self.since {
+            None => {
+                self.since = Some((now, now));
+                tracing::warn!(relay = %relay, error, retry_in_seconds = retry_in.as_secs_f64(), "relay poll failed; retrying");
+            }
+            Some((started, logged)) if now.duration_since(*logged) >= OUTAGE_LOG_EVERY => {
+                *logged = now;
+                tracing::warn!(relay = %relay, error, failures = self.failures, failing_for_seconds = now.duration_since(*started).as_secs(), retry_in_seconds = retry_in.as_secs_f64(), "relay polls still failing; retrying");
+            }
+            Some(_) => {
+                tracing::debug!(relay = %relay, error, failures = self.failures, retry_in_seconds = retry_in.as_secs_f64(), "relay poll failed; retrying");
+            }
+        }
+    }
+
+    fn recovered(&mut self, relay: &str) {
+        if let Some((started, _)) = self.since.take() {
+            tracing::info!(relay = %relay, failures = self.failures, failed_for_seconds = started.elapsed().as_secs_f64(), "relay polls succeed again");
+            self.failures = 0;
         }
     }
 }

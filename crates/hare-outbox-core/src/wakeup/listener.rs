@@ -7,8 +7,13 @@
 //! after that starts a new task. Subscribing and the task's "anyone left?" check both run under
 //! the state lock, so a subscriber never joins a task that is about to end.
 //!
-//! The broker crates (hare-outbox-redis, hare-outbox-nats) implement [`Source`] for their
-//! transport and get the sharing, reconnect backoff and give-up rules from here.
+//! The broker crates (hare-outbox-redis, hare-outbox-nats, hare-outbox-kafka,
+//! hare-outbox-rabbitmq) implement [`Source`] for their transport and get the sharing and the
+//! reconnect rules from here: a listener never gives up while anyone subscribes. After
+//! [`MAX_FAILURES`] failed attempts in a row it logs an ERROR (relays poll meanwhile) and goes on
+//! retrying with a backoff capped at [`MAX_RECONNECT_DELAY`]; a successful reconnect resets the
+//! count and sends every subscriber an empty signal, so each relay polls once for the signals
+//! lost while the subscription was down.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -24,7 +29,9 @@ use futures::stream::BoxStream;
 use tokio::sync::{broadcast, watch};
 use tokio::task::AbortHandle;
 
-/// Failed attempts in a row after which the listener gives up (seed 001 § Будильники).
+/// Failed attempts in a row after which the listener logs an ERROR; it goes on retrying. Seed
+/// 001 § Будильники gives up here for good; a wake-up that never comes back costs every relay
+/// its latency until a restart, so this one keeps trying.
 pub const MAX_FAILURES: u32 = 5;
 
 /// Signals buffered per subscriber; a subscriber further behind gets one "missed signals" wake-up.
@@ -36,8 +43,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The pause before the first reconnect; each further one doubles it.
 const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
-/// The longest pause between two reconnects.
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+/// The longest pause between two reconnects: 60 s.
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(60);
 
 /// The message payloads of one live subscription; the stream ends when the subscription breaks.
 pub type Messages = BoxStream<'static, Vec<u8>>;
@@ -56,7 +63,7 @@ pub trait Source: Send + Sync + 'static {
 
     /// Whether the client reconnects and resubscribes by itself with [`reconnect_delay`] and
     /// stops after [`MAX_FAILURES`] failed reconnects in a row. Then the end of the message stream
-    /// means it gave up, and the listener gives up too.
+    /// means it gave up: the listener logs an ERROR and connects anew after a capped backoff.
     fn reconnects_itself(&self) -> bool;
 }
 
@@ -139,8 +146,8 @@ fn lock(state: &Mutex<Option<Running>>) -> MutexGuard<'_, Option<Running>> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The listener task: connect, forward signals, reconnect with backoff, give up after
-/// [`MAX_FAILURES`] failures in a row, stop when nobody listens any more.
+/// The listener task: connect, forward signals, reconnect with a capped backoff, log an ERROR
+/// after [`MAX_FAILURES`] failures in a row and keep retrying, stop when nobody listens any more.
 async fn listen(
     source: Arc<dyn Source>,
     tx: broadcast::Sender<Topics>,
@@ -150,6 +157,7 @@ async fn listen(
 ) {
     let what = source.describe();
     let mut failures: u32 = 0;
+    let mut subscribed_before = false;
     loop {
         let attempt = tokio::select! {
             () = unsubscribed(&tx, &state, id) => return,
@@ -157,11 +165,19 @@ async fn listen(
         };
         let error: BoxError = match attempt {
             Ok(Ok(mut messages)) => {
-                if failures > 0 {
-                    tracing::info!(wakeup = %what, failures, "wake-up subscription restored");
+                if subscribed_before {
+                    tracing::info!(
+                        wakeup = %what,
+                        failures,
+                        "wake-up subscription restored; relays poll once for the signals missed"
+                    );
+                    // Signals sent while the subscription was down are lost: an empty signal
+                    // asks every relay to poll now.
+                    let _ = tx.send(Vec::new().into());
                 } else {
                     tracing::debug!(wakeup = %what, "wake-up subscribed");
                 }
+                subscribed_before = true;
                 failures = 0;
                 ready.send_replace(true);
                 loop {
@@ -174,23 +190,28 @@ async fn listen(
                     }
                 }
                 drop(messages);
-                if source.reconnects_itself() {
+                let delay = if source.reconnects_itself() {
+                    // The client tried MAX_FAILURES reconnects of its own, and every one failed.
+                    failures = MAX_FAILURES;
+                    let delay = reconnect_delay(failures + 1);
                     tracing::error!(
                         wakeup = %what,
-                        failures = MAX_FAILURES,
+                        failures,
+                        retry_in_seconds = delay.as_secs_f64(),
                         "wake-up subscription lost and {MAX_FAILURES} reconnects in a row failed; \
-                         giving up, relays go on polling"
+                         relays poll meanwhile, a new connection follows"
                     );
-                    forget(&state, id);
-                    return;
-                }
-                let delay = reconnect_delay(1);
-                tracing::warn!(
-                    wakeup = %what,
-                    retry_in_seconds = delay.as_secs_f64(),
-                    "wake-up subscription lost; reconnecting"
-                );
-                // A short pause, so a subscription that breaks at once does not spin.
+                    delay
+                } else {
+                    let delay = reconnect_delay(1);
+                    tracing::warn!(
+                        wakeup = %what,
+                        retry_in_seconds = delay.as_secs_f64(),
+                        "wake-up subscription lost; reconnecting"
+                    );
+                    delay
+                };
+                // A pause, so a subscription that breaks at once does not spin.
                 tokio::select! {
                     () = unsubscribed(&tx, &state, id) => return,
                     () = tokio::time::sleep(delay) => {}
@@ -204,28 +225,29 @@ async fn listen(
             )
             .into(),
         };
-        failures += 1;
+        failures = failures.saturating_add(1);
         // The first attempt is over: `subscribe()` stops waiting.
         ready.send_replace(true);
-        if failures >= MAX_FAILURES {
+        let delay = reconnect_delay(failures);
+        if failures == MAX_FAILURES {
             tracing::error!(
                 wakeup = %what,
                 failures,
                 error = &*error as &dyn std::error::Error,
-                "wake-up subscription failed {MAX_FAILURES} times in a row; giving up, relays go \
-                 on polling"
+                retry_in_seconds = delay.as_secs_f64(),
+                "wake-up subscription failed {MAX_FAILURES} times in a row; relays poll \
+                 meanwhile, retrying with a backoff of up to {} s",
+                MAX_RECONNECT_DELAY.as_secs()
             );
-            forget(&state, id);
-            return;
+        } else {
+            tracing::warn!(
+                wakeup = %what,
+                failures,
+                error = &*error as &dyn std::error::Error,
+                retry_in_seconds = delay.as_secs_f64(),
+                "wake-up subscription failed; retrying"
+            );
         }
-        let delay = reconnect_delay(failures);
-        tracing::warn!(
-            wakeup = %what,
-            failures,
-            error = &*error as &dyn std::error::Error,
-            retry_in_seconds = delay.as_secs_f64(),
-            "wake-up subscription failed; retrying"
-        );
         tokio::select! {
             () = unsubscribed(&tx, &state, id) => return,
             () = tokio::time::sleep(delay) => {}
@@ -245,13 +267,6 @@ async fn unsubscribed(tx: &broadcast::Sender<Topics>, state: &State, id: u64) {
             }
             return;
         }
-    }
-}
-
-fn forget(state: &State, id: u64) {
-    let mut guard = lock(state);
-    if guard.as_ref().is_some_and(|running| running.id == id) {
-        *guard = None;
     }
 }
 
@@ -282,7 +297,8 @@ pub fn decode_topics(payload: &[u8]) -> Option<Topics> {
         .map(Into::into)
 }
 
-/// The pause before reconnect `attempt` (1-based): 100 ms doubled per attempt, at most 5 s, of
+/// The pause before reconnect `attempt` (1-based): 100 ms doubled per attempt, at most
+/// [`MAX_RECONNECT_DELAY`] (60 s, reached at attempt 11), of
 /// which a random 50–100 % is taken so that many listeners do not reconnect in step.
 pub fn reconnect_delay(attempt: u32) -> Duration {
     let doublings = attempt.saturating_sub(1).min(16);
@@ -406,13 +422,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_lost_subscription_reconnects() {
+    async fn a_lost_subscription_reconnects_and_asks_for_one_poll() {
         let fake = Fake::new(0, false);
         let listener = Listener::default();
         let mut sub = listener.subscribe(&source(&fake), WAIT).await;
         fake.break_subscription();
         wait_until(|| fake.open_streams() == 1).await;
         assert_eq!(fake.attempts(), 2);
+        assert!(
+            recv(&mut sub).await.unwrap().unwrap().is_empty(),
+            "an empty signal after the reconnect: poll now"
+        );
         fake.send(br#"["after"]"#);
         assert_eq!(
             &*recv(&mut sub).await.unwrap().unwrap(),
@@ -427,6 +447,7 @@ mod tests {
         let mut sub = listener.subscribe(&source(&fake), WAIT).await;
         wait_until(|| fake.open_streams() == 1).await;
         assert_eq!(fake.attempts(), MAX_FAILURES);
+        // The first subscription came after failures: nothing was lost to poll for.
         fake.send(br#"["late"]"#);
         assert_eq!(
             &*recv(&mut sub).await.unwrap().unwrap(),
@@ -434,30 +455,42 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn five_failures_in_a_row_close_every_subscription() {
-        let fake = Fake::new(u32::MAX, false);
+    /// Paused time: the backoff grows to a minute, which the clock skips.
+    #[tokio::test(start_paused = true)]
+    async fn failures_past_the_limit_never_end_the_subscriptions() {
+        let fake = Fake::new(MAX_FAILURES + 6, false);
         let listener = Listener::default();
         let src = source(&fake);
         let mut a = listener.subscribe(&src, WAIT).await;
         let mut b = listener.subscribe(&src, WAIT).await;
-        assert!(recv(&mut a).await.is_none(), "closed after giving up");
-        assert!(recv(&mut b).await.is_none());
-        assert_eq!(fake.attempts(), MAX_FAILURES);
-        assert!(!listener.is_running());
-        // A later subscriber starts afresh.
-        let _c = listener.subscribe(&src, WAIT).await;
-        assert!(fake.attempts() > MAX_FAILURES);
+        let waited = tokio::time::Instant::now();
+        wait_until_for(|| fake.open_streams() == 1, Duration::from_secs(600)).await;
+        assert_eq!(fake.attempts(), MAX_FAILURES + 7);
+        assert!(listener.is_running());
+        // Eleven pauses of 100 ms doubling, each at least half its full length.
+        let full: Duration = (1..=MAX_FAILURES + 6).map(full_delay).sum();
+        assert!(waited.elapsed() >= full / 2, "{:?}", waited.elapsed());
+        fake.send(br#"["back"]"#);
+        assert_eq!(&*recv(&mut a).await.unwrap().unwrap(), ["back".to_owned()]);
+        assert_eq!(&*recv(&mut b).await.unwrap().unwrap(), ["back".to_owned()]);
     }
 
-    #[tokio::test]
-    async fn a_client_that_gave_up_reconnecting_ends_the_listener() {
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_gave_up_reconnecting_is_replaced_by_a_new_one() {
         let fake = Fake::new(0, true);
         let listener = Listener::default();
         let mut sub = listener.subscribe(&source(&fake), WAIT).await;
         fake.break_subscription();
-        assert!(recv(&mut sub).await.is_none());
-        assert_eq!(fake.attempts(), 1, "no reconnect of its own");
+        assert!(
+            recv(&mut sub).await.unwrap().unwrap().is_empty(),
+            "the new connection asks for one poll"
+        );
+        assert_eq!(fake.attempts(), 2, "one new connection");
+        fake.send(br#"["again"]"#);
+        assert_eq!(
+            &*recv(&mut sub).await.unwrap().unwrap(),
+            ["again".to_owned()]
+        );
     }
 
     #[tokio::test]
@@ -480,16 +513,21 @@ mod tests {
         assert!(recv(&mut c).await.is_none(), "close() closes subscriptions");
     }
 
+    fn full_delay(attempt: u32) -> Duration {
+        FIRST_RECONNECT_DELAY
+            .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+            .min(MAX_RECONNECT_DELAY)
+    }
+
     #[test]
     fn reconnect_delays_double_with_jitter_and_are_capped() {
         for attempt in 1..=20u32 {
-            let full = FIRST_RECONNECT_DELAY
-                .saturating_mul(1 << attempt.saturating_sub(1).min(16))
-                .min(MAX_RECONNECT_DELAY);
+            let full = full_delay(attempt);
             let d = reconnect_delay(attempt);
             assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?}");
         }
         assert!(reconnect_delay(100) <= MAX_RECONNECT_DELAY);
+        assert_eq!(full_delay(11), MAX_RECONNECT_DELAY);
     }
 
     #[test]
@@ -505,8 +543,12 @@ mod tests {
         assert!(decode_topics(b"[1]").is_none());
     }
 
-    async fn wait_until(mut check: impl FnMut() -> bool) {
-        let deadline = tokio::time::Instant::now() + WAIT;
+    async fn wait_until(check: impl FnMut() -> bool) {
+        wait_until_for(check, WAIT).await;
+    }
+
+    async fn wait_until_for(mut check: impl FnMut() -> bool, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
         while !check() {
             assert!(tokio::time::Instant::now() < deadline, "timed out");
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -1,0 +1,293 @@
+//! Through a real PgBouncer in transaction pooling mode (started by `scripts/test.sh` on
+//! 127.0.0.1:16432, or `HARE_OUTBOX_TEST_PGBOUNCER_URL`): enqueue, the relay's statements,
+//! capture and the journal work with `PgBackend::with_transaction_pooler(true)`; LISTEN through
+//! the pooler is found deaf by its probe, and a direct listen pool wakes relays at once.
+//!
+//! PgBouncer passes no `search_path` option, so every name here is schema-qualified.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hare_outbox_core::{
+    ChangeCapture, EventQuery, FnDelivery, Journal, Outbox, OutboxEvent, OutboxMessage,
+    OutboxRelay, OutboxTable, RelayConfig, Wakeup,
+};
+use hare_outbox_postgres::{ListenNotifyWakeup, PgBackend};
+use hare_outbox_testkit::logs::Logs;
+use hare_outbox_testkit::pg::TestSchema;
+use hare_outbox_testkit::wait_for;
+use serde_json::json;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+/// The PgBouncer the tests share; set up by `scripts/test.sh`. A PgBouncer that cannot be
+/// reached fails the tests: they are never skipped.
+fn pgbouncer_url() -> String {
+    std::env::var("HARE_OUTBOX_TEST_PGBOUNCER_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:16432/test".to_owned())
+}
+
+async fn pooled(max_connections: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&pgbouncer_url())
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "PgBouncer at {} (scripts/test.sh starts one): {e}",
+                pgbouncer_url()
+            )
+        })
+}
+
+/// An outbox in the test's schema, reached through the pooler.
+async fn outbox_through_pooler(schema: &TestSchema, pool: PgPool) -> Outbox<PgBackend> {
+    let table = OutboxTable::parse(&format!("{}.outbox", schema.name)).unwrap();
+    let outbox = Outbox::new(PgBackend::new(pool).with_transaction_pooler(true), table);
+    outbox.migrate().await.unwrap();
+    outbox
+}
+
+/// 10,000 events over 100 keys written by four concurrent writers and drained by two relays,
+/// every statement through PgBouncer: each event delivered once, per-key order kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_through_pgbouncer_deliver_10k_events_over_100_keys_once_each_in_order() {
+    const EVENTS: u64 = 10_000;
+    let schema = TestSchema::new(2).await;
+    let outbox = outbox_through_pooler(&schema, pooled(16).await).await;
+
+    let last: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
+    let broken = Arc::new(AtomicU64::new(0));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut relays = Vec::new();
+    for r in 0..2 {
+        let (last, broken, delivered) = (last.clone(), broken.clone(), delivered.clone());
+        let relay = OutboxRelay::new(
+            outbox.clone(),
+            FnDelivery::new(move |e: OutboxEvent| {
+                let (last, broken, delivered) = (last.clone(), broken.clone(), delivered.clone());
+                async move {
+                    let key = e.ordering_key.clone().unwrap_or_default();
+                    let previous = last.lock().unwrap().insert(key, e.sequence).unwrap_or(0);
+                    if e.sequence <= previous {
+                        broken.fetch_add(1, Ordering::Relaxed);
+                    }
+                    delivered.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+            }),
+            RelayConfig::default()
+                .with_poll_interval(Duration::from_millis(20))
+                .with_batch_size(100)
+                .with_name(format!("pooled-{r}")),
+        )
+        .unwrap();
+        relay.start().unwrap();
+        relays.push(relay);
+    }
+
+    // Four writers, transactions of 50 events, each writer with 25 keys of its own (keys shared
+    // by concurrent writers commit out of sequence order, which is another matter).
+    let mut writers = Vec::new();
+    for w in 0..4u64 {
+        let outbox = outbox.clone();
+        writers.push(tokio::spawn(async move {
+            for t in 0..(EVENTS / 4 / 50) {
+                let mut tx = outbox.begin().await.unwrap();
+                for i in 0..50u64 {
+                    let n = (w * EVENTS / 4) + t * 50 + i;
+                    tx.enqueue(
+                        OutboxMessage::new("pooled.t", json!({"n": n}))
+                            .ordering_key(format!("k{}", w * 25 + n % 25)),
+                    )
+                    .await
+                    .unwrap();
+                }
+                tx.commit().await.unwrap();
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    wait_for("10,000 deliveries", Duration::from_secs(300), || async {
+        (delivered.load(Ordering::Relaxed) >= EVENTS).then_some(())
+    })
+    .await;
+    for relay in &relays {
+        relay.stop().await.unwrap();
+    }
+    assert_eq!(delivered.load(Ordering::Relaxed), EVENTS, "none twice");
+    assert_eq!(broken.load(Ordering::Relaxed), 0, "per-key order kept");
+    // The journal reads through the pooler too.
+    let journal = Journal::new(outbox.backend().clone(), outbox.table().clone());
+    let backlog = journal.backlog(&[]).await.unwrap();
+    assert_eq!((backlog.pending, backlog.dead_lettered), (0, 0));
+    let page = journal.list(&EventQuery::new()).await.unwrap();
+    assert!(!page.events.is_empty());
+    assert!(page.events.iter().all(|e| e.published_at.is_some()));
+    schema.drop_schema().await;
+}
+
+/// A capture installed through the pooler writes an event for a raw SQL update sent through the
+/// pooler; the relay delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_through_pgbouncer_records_raw_sql() {
+    let schema = TestSchema::new(2).await;
+    let pool = pooled(4).await;
+    let outbox = outbox_through_pooler(&schema, pool.clone()).await;
+    let items = format!("\"{}\".items", schema.name);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {items} (id int PRIMARY KEY, qty int NOT NULL); INSERT INTO {items} VALUES (1, 0);"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    ChangeCapture::new("items")
+        .with_schema(&schema.name)
+        .with_label("shop.Item")
+        .install(&outbox)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "UPDATE {items} SET qty = 5 WHERE id = 1"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let relay = OutboxRelay::new(
+        outbox.clone(),
+        FnDelivery::new(move |e: OutboxEvent| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(e);
+                Ok(())
+            }
+        }),
+        RelayConfig::default().with_poll_interval(Duration::from_millis(20)),
+    )
+    .unwrap();
+    relay.start().unwrap();
+    wait_for("the captured update", Duration::from_secs(10), || async {
+        (!seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    relay.stop().await.unwrap();
+    let event = seen.lock().unwrap()[0].clone();
+    assert_eq!(event.payload["operation"], "updated", "{}", event.payload);
+    assert_eq!(event.payload["model"], "shop.Item", "{}", event.payload);
+    schema.drop_schema().await;
+}
+
+/// LISTEN through the pooler never hears its own probe: the attempt fails with a WARN that
+/// names the pooler and the fix, and the relay delivers by polling. On a current-thread runtime,
+/// so the listener task logs into the captured subscriber.
+#[tokio::test]
+async fn listen_through_pgbouncer_is_found_deaf_and_the_relay_polls() {
+    let (logs, _guard) = Logs::capture();
+    let schema = TestSchema::new(2).await;
+    let pool = pooled(4).await;
+    let wakeup = ListenNotifyWakeup::new(pool.clone())
+        .with_channel(&schema.name)
+        .unwrap();
+    let outbox = outbox_through_pooler(&schema, pool)
+        .await
+        .with_wakeup(wakeup.clone())
+        .unwrap();
+    let _sub = wakeup.subscribe().await.unwrap();
+    wait_for("the probe's WARN", Duration::from_secs(15), || async {
+        (!logs
+            .lines("WARN", "probably goes through a transaction pooler")
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    let seen = Arc::new(AtomicU64::new(0));
+    let sink = seen.clone();
+    let relay = OutboxRelay::new(
+        outbox.clone(),
+        FnDelivery::new(move |_e: OutboxEvent| {
+            let sink = sink.clone();
+            async move {
+                sink.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+        }),
+        RelayConfig::default().with_poll_interval(Duration::from_millis(200)),
+    )
+    .unwrap();
+    relay.start().unwrap();
+    let mut tx = outbox.begin().await.unwrap();
+    tx.enqueue(OutboxMessage::new("t", json!(1))).await.unwrap();
+    tx.commit().await.unwrap();
+    wait_for("delivery by polling", Duration::from_secs(10), || async {
+        (seen.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .await;
+    relay.stop().await.unwrap();
+    wakeup.close().await.unwrap();
+    schema.drop_schema().await;
+}
+
+/// NOTIFY through the pooler, LISTEN on a direct pool: a commit wakes a relay whose poll is 30 s
+/// away within milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_listen_pool_wakes_a_pooled_relay_at_once() {
+    let schema = TestSchema::new(2).await;
+    let pool = pooled(4).await;
+    let wakeup = ListenNotifyWakeup::new(pool.clone())
+        .with_channel(&schema.name)
+        .unwrap()
+        .with_listen_pool(schema.pool.clone());
+    let outbox = outbox_through_pooler(&schema, pool)
+        .await
+        .with_wakeup(wakeup.clone())
+        .unwrap();
+    let (tx, mut delivered) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let relay = OutboxRelay::new(
+        outbox.clone(),
+        FnDelivery::new(move |_e: OutboxEvent| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(Instant::now());
+                Ok(())
+            }
+        }),
+        RelayConfig::default().with_poll_interval(Duration::from_secs(30)),
+    )
+    .unwrap();
+    relay.start().unwrap();
+    wait_for(
+        "the first poll and LISTEN",
+        Duration::from_secs(10),
+        || async {
+            let listening: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE query = $1")
+                    .bind(format!("LISTEN \"{}\"", schema.name))
+                    .fetch_one(&schema.pool)
+                    .await
+                    .unwrap();
+            (relay.stats().polls >= 1 && listening == 1).then_some(())
+        },
+    )
+    .await;
+    let mut tx = outbox.begin().await.unwrap();
+    tx.enqueue(OutboxMessage::new("t", json!(1))).await.unwrap();
+    tx.commit().await.unwrap();
+    let committed = Instant::now();
+    let at = tokio::time::timeout(Duration::from_secs(5), delivered.recv())
+        .await
+        .expect("delivered long before the 30 s poll")
+        .unwrap();
+    let latency = at.duration_since(committed);
+    assert!(latency < Duration::from_secs(2), "{latency:?}");
+    relay.stop().await.unwrap();
+    wakeup.close().await.unwrap();
+    schema.drop_schema().await;
+}
