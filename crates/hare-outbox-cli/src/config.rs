@@ -535,6 +535,58 @@ mod tests {
     }
 
     #[test]
+    fn pooler_and_listen_url_resolve_and_a_password_in_the_file_is_refused() {
+        let env = |name: &str| {
+            (name == "LISTEN_URL").then(|| "postgres://app:pw@db-direct:5432/erp".to_owned())
+        };
+        let s = resolve_text(
+            "database_url = \"postgres://app@pgbouncer:6432/erp\"\ndatabase_transaction_pooler = true\n[wakeup]\nkind = \"listen_notify\"\nlisten_url_env = \"LISTEN_URL\"",
+            &env,
+        )
+        .unwrap();
+        assert!(s.database.as_ref().unwrap().transaction_pooler);
+        let WakeupSettings::ListenNotify { listen_url, .. } = &s.wakeup else {
+            panic!("{:?}", s.wakeup);
+        };
+        let url = listen_url.as_ref().unwrap();
+        assert_eq!(url.value, "postgres://app:pw@db-direct:5432/erp");
+        assert!(
+            !s.wakeup.describe().contains("pw"),
+            "{}",
+            s.wakeup.describe()
+        );
+        let e = format!(
+            "{:#}",
+            resolve_text(
+                "[wakeup]\nkind = \"listen_notify\"\nlisten_url = \"postgres://app:pw@db/erp\"",
+                &no_env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("listen_url") && !e.contains("pw@"), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_text(
+                "[wakeup]\nkind = \"listen_notify\"\nlisten_url = \"redis://db/0\"",
+                &no_env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("postgres://"), "{e}");
+        let e = format!(
+            "{:#}",
+            resolve_text(
+                "[wakeup]\nkind = \"redis\"\nurl = \"redis://r/0\"\nlisten_url = \"postgres://db/erp\"",
+                &no_env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("listen_url does not apply"), "{e}");
+        let s = resolve_text("database_url = \"postgres://app@db/erp\"", &no_env).unwrap();
+        assert!(!s.database.unwrap().transaction_pooler, "off by default");
+    }
+
+    #[test]
     fn wakeup_section_resolves_and_names_its_mistakes() {
         let s = resolve_text("", &no_env).unwrap();
         assert_eq!(s.wakeup, WakeupSettings::None);

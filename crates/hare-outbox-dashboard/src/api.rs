@@ -617,7 +617,12 @@ pub(crate) struct Health {
     failing: Vec<String>,
 }
 
-/// 200 when the database answers and every configured backlog threshold holds, 503 otherwise.
+/// How long `/healthz` waits for the database before it reports it down: 3 s (a pool whose
+/// server is gone would otherwise hold the answer for its whole acquire timeout).
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// 200 when the database answers (within 3 s) and every configured backlog threshold holds, 503
+/// otherwise.
 #[utoipa::path(
     get,
     path = "/healthz",
@@ -627,9 +632,24 @@ pub(crate) struct Health {
     )
 )]
 pub(crate) async fn healthz<B: Backend>(State(state): State<AppState<B>>) -> Response {
-    let backlog = match state.journal.backlog(&[]).await {
-        Ok(backlog) => backlog,
-        Err(e) => {
+    let answer = tokio::time::timeout(HEALTH_TIMEOUT, state.journal.backlog(&[])).await;
+    let backlog = match answer {
+        Ok(Ok(backlog)) => backlog,
+        Err(_) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(Health {
+                    status: "error".to_owned(),
+                    backlog: None,
+                    failing: vec![format!(
+                        "database: no answer within {} s",
+                        HEALTH_TIMEOUT.as_secs()
+                    )],
+                }),
+            )
+                .into_response();
+        }
+        Ok(Err(e)) => {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 Json(Health {

@@ -15,7 +15,7 @@
 //! | `POST /api/dead-letters/cleanup` | deletes finished events older than a cut-off (token needed) |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document of the JSON API |
 //! | `GET /metrics` | Prometheus text from the configured exporter handle |
-//! | `GET /healthz` | 200 when the database answers and the backlog thresholds hold, else 503 |
+//! | `GET /healthz` | 200 when the database answers (within 3 s) and the backlog thresholds hold, else 503 |
 //!
 //! Security (DESIGN §10):
 //! - [`Dashboard::bind`] and [`Dashboard::serve`] refuse an address other than loopback unless

@@ -683,3 +683,48 @@ async fn a_loopback_dashboard_refuses_other_host_names() {
     assert_eq!(response.status().as_u16(), 200);
     served.stop().await;
 }
+
+/// A PostgreSQL behind a cut line: the pool would wait 30 s for a connection, `/healthz` answers
+/// 503 within its 3 s, and 200 again once the line is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_reports_an_unreachable_postgres_within_seconds() {
+    use std::str::FromStr;
+    let (schema, direct) = pg_outbox().await;
+    let server =
+        sqlx::postgres::PgConnectOptions::from_str(&hare_outbox_testkit::pg::url()).unwrap();
+    let proxy =
+        hare_outbox_testkit::net::DelayProxy::start(server.get_port(), Duration::ZERO).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(server.host("127.0.0.1").port(proxy.port))
+        .await
+        .unwrap();
+    let table =
+        hare_outbox_core::OutboxTable::parse(&format!("{}.hare_outbox", schema.name)).unwrap();
+    let outbox = Outbox::new(hare_outbox_postgres::PgBackend::new(pool), table);
+    let served = serve(&outbox, DashboardOptions::new()).await;
+    let (status, _) = get_json(&served.url("/healthz")).await;
+    assert_eq!(status, 200);
+    proxy.sever();
+    let asked = std::time::Instant::now();
+    let (status, body) = get_json(&served.url("/healthz")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(
+        body["failing"][0].as_str().unwrap().starts_with("database"),
+        "{body}"
+    );
+    proxy.restore();
+    hare_outbox_testkit::wait_for("healthy again", Duration::from_secs(20), || async {
+        (get_json(&served.url("/healthz")).await.0 == 200).then_some(())
+    })
+    .await;
+    served.stop().await;
+    drop(direct);
+    schema.drop_schema().await;
+}

@@ -211,7 +211,9 @@ async fn a_restarted_broker_is_subscribed_to_again() {
         );
         let _ = wakeup.signal(&topics(&["after.restart"])).await;
         match tokio::time::timeout(Duration::from_millis(500), sub.recv()).await {
-            Ok(Some(Some(signal))) => break signal.to_vec(),
+            // An empty signal (poll now, after the reconnect) is not the one sent.
+            Ok(Some(Some(signal))) if !signal.is_empty() => break signal.to_vec(),
+            Ok(Some(Some(_))) => {}
             Ok(Some(None)) | Err(_) => {}
             Ok(None) => panic!("the listener gave up instead of reconnecting"),
         }
