@@ -255,6 +255,11 @@ impl Source for PgSource {
         format!("postgres LISTEN channel {:?}", self.channel)
     }
 
+    /// Connecting and LISTEN get the usual 5 s, the probe its own 2 s on top.
+    fn connect_timeout(&self) -> Duration {
+        listener::CONNECT_TIMEOUT + PROBE_TIMEOUT
+    }
+
     fn reconnects_itself(&self) -> bool {
         false
     }

@@ -61,6 +61,12 @@ pub trait Source: Send + Sync + 'static {
     /// Where the listener listens, for logs (no password).
     fn describe(&self) -> String;
 
+    /// The longest one [`Source::connect`] may take before it counts as a failure. Defaults to
+    /// [`CONNECT_TIMEOUT`] (5 s).
+    fn connect_timeout(&self) -> Duration {
+        CONNECT_TIMEOUT
+    }
+
     /// Whether the client reconnects and resubscribes by itself with [`reconnect_delay`] and
     /// stops after [`MAX_FAILURES`] failed reconnects in a row. Then the end of the message stream
     /// means it gave up: the listener logs an ERROR and connects anew after a capped backoff.
@@ -161,7 +167,7 @@ async fn listen(
     loop {
         let attempt = tokio::select! {
             () = unsubscribed(&tx, &state, id) => return,
-            attempt = tokio::time::timeout(CONNECT_TIMEOUT, source.connect()) => attempt,
+            attempt = tokio::time::timeout(source.connect_timeout(), source.connect()) => attempt,
         };
         let error: BoxError = match attempt {
             Ok(Ok(mut messages)) => {
@@ -221,7 +227,7 @@ async fn listen(
             Ok(Err(error)) => error,
             Err(_) => format!(
                 "connecting and subscribing took longer than {} s",
-                CONNECT_TIMEOUT.as_secs()
+                source.connect_timeout().as_secs()
             )
             .into(),
         };
