@@ -66,7 +66,9 @@ impl Db {
                     .await
                     .with_context(|| format!("connecting to {shown} failed"))?;
                 Ok(Db::Postgres(
-                    PgBackend::new(pool).with_transaction_pooler(database.transaction_pooler),
+                    PgBackend::new(pool)
+                        .with_transaction_pooler(database.transaction_pooler)
+                        .with_synchronous_relay_commits(database.synchronous_relay_commits),
                 ))
             }
             DbKind::Sqlite => {
@@ -90,7 +92,8 @@ impl Db {
                     sqlx::PgPool::connect_lazy(&database.url)
                         .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
                 )
-                .with_transaction_pooler(database.transaction_pooler),
+                .with_transaction_pooler(database.transaction_pooler)
+                .with_synchronous_relay_commits(database.synchronous_relay_commits),
             ),
             DbKind::Sqlite => Db::Sqlite(SqliteBackend::new(
                 sqlx::SqlitePool::connect_lazy(&database.url)

@@ -30,6 +30,10 @@ pub struct FileConfig {
     /// `pool_mode = transaction`): statements are sent unnamed, each relay statement in a
     /// transaction of its own. Default `false`.
     pub database_transaction_pooler: Option<bool>,
+    /// PostgreSQL: `true` makes the relay's own statements (leases, marks) wait for their
+    /// commits to reach the disk. Default `false`: they commit with `synchronous_commit = off`
+    /// for their own transaction only (see `PgBackend::with_synchronous_relay_commits`).
+    pub database_synchronous_relay_commits: Option<bool>,
     /// The outbox table, `name` or `schema.name`.
     pub table: Option<String>,
     /// Relay options.
@@ -137,6 +141,8 @@ pub struct Database {
     pub kind: DbKind,
     /// `database_transaction_pooler`: the URL goes through a transaction pooler.
     pub transaction_pooler: bool,
+    /// `database_synchronous_relay_commits`: relay statements wait for their commits.
+    pub synchronous_relay_commits: bool,
 }
 
 /// Everything the commands need, resolved from flags, environment, config file and defaults.
@@ -254,6 +260,7 @@ pub fn resolve(
             kind: DbKind::from_url(&url)?,
             url,
             transaction_pooler: file.database_transaction_pooler.unwrap_or(false),
+            synchronous_relay_commits: file.database_synchronous_relay_commits.unwrap_or(false),
         }),
         None => None,
     };
@@ -583,7 +590,15 @@ mod tests {
         );
         assert!(e.contains("listen_url does not apply"), "{e}");
         let s = resolve_text("database_url = \"postgres://app@db/erp\"", &no_env).unwrap();
-        assert!(!s.database.unwrap().transaction_pooler, "off by default");
+        let database = s.database.unwrap();
+        assert!(!database.transaction_pooler, "off by default");
+        assert!(!database.synchronous_relay_commits, "off by default");
+        let s = resolve_text(
+            "database_url = \"postgres://app@db/erp\"\ndatabase_synchronous_relay_commits = true",
+            &no_env,
+        )
+        .unwrap();
+        assert!(s.database.unwrap().synchronous_relay_commits);
     }
 
     #[test]

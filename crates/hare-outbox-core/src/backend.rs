@@ -99,6 +99,12 @@ pub struct EventLeaseParams {
     pub key_cursor: String,
     /// Only events of these topics. Defaults to every topic.
     pub topics: TopicFilter,
+    /// The walk over ordering keys may stop once it holds this many keys whose runs fill the
+    /// batch (each key counting with up to `limit / min_keys` of its events), instead of
+    /// gathering one head per event of the batch. The relay passes its `concurrency`: a batch of
+    /// 100 then holds e.g. 10 keys × 10 events, and the lease taken while it is delivered finds
+    /// other keys free. Clamped to `1..=limit`; defaults to `limit` (one head per event first).
+    pub min_keys: i64,
 }
 
 impl EventLeaseParams {
@@ -125,6 +131,12 @@ impl EventLeaseParams {
         self.key_cursor = cursor.into();
         self
     }
+
+    /// Sets [`EventLeaseParams::min_keys`] (clamped to `1..=limit`).
+    pub fn with_min_keys(mut self, min_keys: i64) -> Self {
+        self.min_keys = min_keys.clamp(1, self.limit.max(1));
+        self
+    }
 }
 
 /// What one lease returned.
@@ -133,16 +145,31 @@ impl EventLeaseParams {
 pub struct LeasedBatch {
     /// The leased events in sequence order.
     pub events: Vec<OutboxEvent>,
-    /// The ordering key the next lease's walk should start after; `None` when no keyed event
-    /// was leased (keep the previous cursor).
+    /// The ordering key the next lease's walk should start after (the last key the walk
+    /// visited); `None` when it visited none (keep the previous cursor).
     pub key_cursor: Option<String>,
+    /// `true` when the walk found heads that could be leased but another relay's lease held them
+    /// locked at that moment: polling again at once, from [`LeasedBatch::key_cursor`], finds the
+    /// keys after them instead of waiting a poll interval. Backends without row locks leave it
+    /// `false`.
+    pub contended: bool,
 }
 
 impl LeasedBatch {
     /// A batch of `events` (sorted here by sequence) and the next cursor.
     pub fn new(mut events: Vec<OutboxEvent>, key_cursor: Option<String>) -> Self {
         events.sort_by_key(|e| e.sequence);
-        LeasedBatch { events, key_cursor }
+        LeasedBatch {
+            events,
+            key_cursor,
+            contended: false,
+        }
+    }
+
+    /// Sets [`LeasedBatch::contended`].
+    pub fn with_contended(mut self, contended: bool) -> Self {
+        self.contended = contended;
+        self
     }
 }
 
@@ -318,6 +345,7 @@ impl EventLeaseParams {
             max_events_per_key: 1,
             key_cursor: String::new(),
             topics: TopicFilter::all(),
+            min_keys: limit.max(1),
         }
     }
 }

@@ -1,3 +1,4 @@
+-- {relay_commit}: see PgBackend::with_synchronous_relay_commits.
 -- event_mark_failed that also stores each attempt's record ($7, JSON text; NULL keeps the
 -- column) in the result column {result_column}. A failure is recorded only while this relay ($6)
 -- still holds the event and nobody published it.
@@ -12,3 +13,4 @@ SET attempts = f.attempts,
 FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::float8[], $7::text[])
     AS f(sequence, attempts, error, retry_in, result)
 WHERE t.sequence = f.sequence AND t.leased_by = $6 AND t.published_at IS NULL
+    AND {relay_commit}

@@ -51,7 +51,7 @@ use uuid::Uuid;
 
 pub use error::translate;
 use exec::RunIn;
-use sql::Statements;
+use sql::{RelayCommit, Statements};
 pub use wakeup::{DEFAULT_CHANNEL, ListenNotifyWakeup, MAX_LISTEN_FAILURES, NotifyMode};
 
 /// The relay's lease statement for `table`, rendered as the backend runs it: at most `limit`
@@ -61,7 +61,7 @@ pub use wakeup::{DEFAULT_CHANNEL, ListenNotifyWakeup, MAX_LISTEN_FAILURES, Notif
 #[doc(hidden)]
 pub fn lease_statement(table: &OutboxTable, limit: i64, max_events_per_key: i64) -> String {
     Statements::for_table(table)
-        .event_lease(limit, max_events_per_key)
+        .event_lease(limit, max_events_per_key, limit, true)
         .to_string()
 }
 
@@ -71,6 +71,7 @@ pub fn lease_statement(table: &OutboxTable, limit: i64, max_events_per_key: i64)
 pub struct PgBackend {
     pool: PgPool,
     pooler: bool,
+    relay_commit: RelayCommit,
 }
 
 impl PgBackend {
@@ -80,7 +81,42 @@ impl PgBackend {
         PgBackend {
             pool,
             pooler: false,
+            relay_commit: RelayCommit::default(),
         }
+    }
+
+    /// Whether the relay's own statements — leases, lease extensions and releases, and the
+    /// delivered / failed marks — wait for their commit to reach the disk. Defaults to `false`:
+    /// each of those statements sets `synchronous_commit = off` for its own transaction only
+    /// (`set_config(…, true)`; never the session, never your transactions, enqueue, change
+    /// capture or the journal's actions), which takes a WAL flush (milliseconds on most disks)
+    /// off every lease and mark.
+    ///
+    /// The risk taken: if the database server crashes (not the relay; a server restart is
+    /// fine), the last fraction of a second of relay progress may be lost — events marked
+    /// delivered go back to pending (or leased, until the lease expires) and are delivered
+    /// again. The WAL keeps commits in order, so what comes back is always a tail of each key's
+    /// progress: events are redelivered in key order and none is skipped, which is the
+    /// at-least-once contract consumers already handle. Pass `true` to wait for every commit
+    /// (config key `database_synchronous_relay_commits = true`).
+    pub fn with_synchronous_relay_commits(mut self, synchronous: bool) -> Self {
+        self.relay_commit = if synchronous {
+            RelayCommit::Synchronous
+        } else {
+            RelayCommit::Asynchronous
+        };
+        self
+    }
+
+    /// Whether the relay's statements wait for their commits; see
+    /// [`PgBackend::with_synchronous_relay_commits`].
+    pub fn synchronous_relay_commits(&self) -> bool {
+        self.relay_commit == RelayCommit::Synchronous
+    }
+
+    /// The statements of `table` as this backend runs them.
+    fn statements(&self, table: &OutboxTable) -> std::sync::Arc<Statements> {
+        Statements::for_relay(table, self.relay_commit)
     }
 
     /// Says whether `pool` connects through a transaction pooler (PgBouncer in
@@ -128,11 +164,11 @@ impl Backend for PgBackend {
     }
 
     fn schema_sql(&self, table: &OutboxTable) -> String {
-        Statements::for_table(table).schema.clone()
+        self.statements(table).schema.clone()
     }
 
     async fn migrate(&self, table: &OutboxTable) -> Result<()> {
-        let statements = Statements::for_table(table);
+        let statements = self.statements(table);
         let mut tx = self.pool.begin().await.map_err(translate)?;
         // Serializes concurrent migrations: CREATE … IF NOT EXISTS alone races on the catalog.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
@@ -165,7 +201,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventInsertParams,
     ) -> Result<Inserted> {
-        let statements = Statements::for_table(table);
+        let statements = self.statements(table);
         let extra: Vec<&str> = params.extra.iter().map(|(c, _)| c.as_str()).collect();
         let sql = statements.insert_one(table, &extra);
         let mut query = sqlx::query(AssertSqlSafe(sql))
@@ -222,7 +258,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &[EventInsertParams],
     ) -> Result<Vec<Inserted>> {
-        let statements = Statements::for_table(table);
+        let statements = self.statements(table);
         // A savepoint inside the caller's transaction (or a transaction of its own): an error
         // leaves nothing of this call behind.
         let mut savepoint = sqlx::Connection::begin(&mut *conn)
@@ -327,22 +363,40 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventLeaseParams,
     ) -> Result<LeasedBatch> {
-        let statements = Statements::for_table(table);
-        let query = sqlx::query(AssertSqlSafe(
-            statements.event_lease(params.limit, params.max_events_per_key),
-        ))
+        let statements = self.statements(table);
+        let filtered = !params.topics.is_all();
+        let query = sqlx::query(AssertSqlSafe(statements.event_lease(
+            params.limit,
+            params.max_events_per_key,
+            params.min_keys,
+            filtered,
+        )))
         .bind(params.now)
         .bind(params.lease.as_secs_f64())
         .bind(&params.leased_by)
         .bind(&params.key_cursor);
-        let rows = bind_topics(query, &params.topics)
-            .fetch_all_in(self.db())
-            .await
-            .map_err(translate)?;
-        let key_cursor = match rows.first() {
-            Some(row) => row.try_get("key_cursor").map_err(translate)?,
-            None => None,
+        // A relay of every topic runs the statement without the topic parameters: with them,
+        // PostgreSQL kept planning it afresh on every call (about 1 ms each).
+        let query = if filtered {
+            bind_topics(query, &params.topics)
+        } else {
+            query
         };
+        let mut rows = query.fetch_all_in(self.db()).await.map_err(translate)?;
+        let (key_cursor, contended) = match rows.first() {
+            Some(row) => (
+                row.try_get("key_cursor").map_err(translate)?,
+                row.try_get::<Option<bool>, _>("contended")
+                    .map_err(translate)?
+                    .unwrap_or(false),
+            ),
+            None => (None, false),
+        };
+        // Nothing leased: the statement's one row of NULL columns carries only the outcome.
+        rows.retain(|row| {
+            row.try_get::<Option<i64>, _>("sequence")
+                .is_ok_and(|s| s.is_some())
+        });
         // A row that cannot be read (a payload nested deeper than the JSON reader allows, say)
         // would fail every lease and stop the relay: it is dead-lettered with the reason
         // instead, holding back only its own key, and the rest of the batch goes on.
@@ -400,7 +454,7 @@ impl Backend for PgBackend {
             );
             self.event_lease_release(table, &release).await?;
         }
-        Ok(LeasedBatch::new(events, key_cursor))
+        Ok(LeasedBatch::new(events, key_cursor).with_contended(contended))
     }
 
     async fn event_lease_release(
@@ -409,7 +463,7 @@ impl Backend for PgBackend {
         params: &EventReleaseParams,
     ) -> Result<u64> {
         let done = sqlx::query(AssertSqlSafe(
-            Statements::for_table(table).event_lease_release.clone(),
+            self.statements(table).event_lease_release.clone(),
         ))
         .bind(&params.sequences)
         .bind(&params.leased_by)
@@ -425,7 +479,7 @@ impl Backend for PgBackend {
         params: &EventLeaseExtendParams,
     ) -> Result<u64> {
         let done = sqlx::query(AssertSqlSafe(
-            Statements::for_table(table).event_lease_extend.clone(),
+            self.statements(table).event_lease_extend.clone(),
         ))
         .bind(&params.sequences)
         .bind(&params.leased_by)
@@ -444,7 +498,7 @@ impl Backend for PgBackend {
     ) -> Result<u64> {
         if let Some(column) = &params.result_column {
             let sql = sql::with_result_column(
-                &Statements::for_table(table).event_mark_delivered_result,
+                &self.statements(table).event_mark_delivered_result,
                 column,
             );
             let records: Vec<Option<String>> = (0..params.sequences.len())
@@ -467,7 +521,7 @@ impl Backend for PgBackend {
             return Ok(done.rows_affected());
         }
         let done = sqlx::query(AssertSqlSafe(
-            Statements::for_table(table).event_mark_delivered.clone(),
+            self.statements(table).event_mark_delivered.clone(),
         ))
         .bind(&params.sequences)
         .bind(params.now)
@@ -493,7 +547,7 @@ impl Backend for PgBackend {
             .iter()
             .map(|x| x.retry_in.map(|d| d.as_secs_f64()))
             .collect();
-        let statements = Statements::for_table(table);
+        let statements = self.statements(table);
         let sql: std::sync::Arc<str> = match &params.result_column {
             Some(column) => {
                 sql::with_result_column(&statements.event_mark_failed_result, column).into()
@@ -519,13 +573,11 @@ impl Backend for PgBackend {
     }
 
     async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>> {
-        let row = sqlx::query(AssertSqlSafe(
-            Statements::for_table(table).event_get.clone(),
-        ))
-        .bind(id)
-        .fetch_optional_in(self.db())
-        .await
-        .map_err(translate)?;
+        let row = sqlx::query(AssertSqlSafe(self.statements(table).event_get.clone()))
+            .bind(id)
+            .fetch_optional_in(self.db())
+            .await
+            .map_err(translate)?;
         row.as_ref().map(|r| decode(table, r)).transpose()
     }
 
@@ -580,9 +632,7 @@ impl Backend for PgBackend {
         params: &EventRetryDeadLetteredParams,
     ) -> Result<u64> {
         let query = sqlx::query(AssertSqlSafe(
-            Statements::for_table(table)
-                .event_retry_dead_lettered
-                .clone(),
+            self.statements(table).event_retry_dead_lettered.clone(),
         ))
         .bind(&params.ids);
         let done = bind_topics(query, &params.topics)
@@ -597,7 +647,7 @@ impl Backend for PgBackend {
         table: &OutboxTable,
         params: &EventDeleteFinishedParams,
     ) -> Result<u64> {
-        let statements = Statements::for_table(table);
+        let statements = self.statements(table);
         let sql = match params.state {
             FinishedState::Published => statements.event_delete_published.clone(),
             FinishedState::DeadLettered => statements.event_delete_dead_lettered.clone(),
@@ -613,7 +663,7 @@ impl Backend for PgBackend {
     }
 
     async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
-        let query = sqlx::query(AssertSqlSafe(Statements::for_table(table).backlog.clone()));
+        let query = sqlx::query(AssertSqlSafe(self.statements(table).backlog.clone()));
         let row = bind_topics(query, &params.topics)
             .fetch_one_in(self.db())
             .await

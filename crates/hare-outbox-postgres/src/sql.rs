@@ -37,8 +37,9 @@ pub(crate) struct Statements {
     pub(crate) event_list_before: Arc<str>,
     pub(crate) event_timeline: Arc<str>,
     pub(crate) event_timeline_latency: Arc<str>,
-    /// With `{limit}` and `{run_limit}` left for [`Statements::event_lease`].
-    event_lease: String,
+    /// With `{limit}`, `{run_limit}`, `{min_keys}` and `{fill_cap}` left for
+    /// [`Statements::event_lease`]: for relays of some topics, then of every topic.
+    event_lease: [String; 2],
     pub(crate) event_lease_extend: Arc<str>,
     pub(crate) event_lease_release: Arc<str>,
     pub(crate) event_mark_delivered: Arc<str>,
@@ -53,16 +54,53 @@ pub(crate) struct Statements {
     pub(crate) backlog: Arc<str>,
     /// Rendered inserts by (multi-row?, extra columns).
     inserts: Mutex<HashMap<InsertKey, Arc<str>>>,
-    /// Rendered leases by (batch size, run limit).
-    leases: Mutex<HashMap<(i64, i64), Arc<str>>>,
+    /// Rendered leases by their shape.
+    leases: Mutex<HashMap<LeaseShape, Arc<str>>>,
+}
+
+/// What a rendered lease statement was rendered for: batch size, run limit, the keys the walk
+/// gathers, and whether it filters topics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct LeaseShape {
+    limit: i64,
+    run_limit: i64,
+    min_keys: i64,
+    topic_filter: bool,
 }
 
 /// (multi-row?, extra columns) of a rendered insert.
 type InsertKey = (bool, Vec<String>);
 
-/// Statements rendered once per table and process.
-static CACHE: LazyLock<Mutex<HashMap<OutboxTable, Arc<Statements>>>> =
-    LazyLock::new(Mutex::default);
+/// Statements rendered once per table, relay-commit mode and process.
+static CACHE: LazyLock<Mutex<StatementCache>> = LazyLock::new(Mutex::default);
+
+/// The rendered statements by table and relay-commit mode.
+type StatementCache = HashMap<(OutboxTable, RelayCommit), Arc<Statements>>;
+
+/// How the relay's own statements (lease, extend, release, marks) commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) enum RelayCommit {
+    /// Without waiting for the WAL flush: `synchronous_commit = off` for that statement's
+    /// transaction only.
+    #[default]
+    Asynchronous,
+    /// With the server's own `synchronous_commit`.
+    Synchronous,
+}
+
+impl RelayCommit {
+    /// The condition spliced into each relay statement as `{relay_commit}`: it sets
+    /// `synchronous_commit` for the statement's own transaction (`set_config(…, true)`, evaluated
+    /// once as an uncorrelated sub-select) and is always true.
+    fn condition(self) -> &'static str {
+        match self {
+            RelayCommit::Asynchronous => {
+                "(SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
+            }
+            RelayCommit::Synchronous => "true",
+        }
+    }
+}
 
 /// A quoted identifier: `"name"` with inner quotes doubled.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -78,16 +116,23 @@ pub(crate) fn quoted_table(table: &OutboxTable) -> String {
 }
 
 impl Statements {
-    /// The statements of `table`, rendered on first use and kept for the process.
+    /// The statements of `table` with relay statements committing asynchronously (the
+    /// default), rendered on first use and kept for the process. For statements other than the
+    /// relay's, both renderings are the same.
     pub(crate) fn for_table(table: &OutboxTable) -> Arc<Statements> {
+        Statements::for_relay(table, RelayCommit::default())
+    }
+
+    /// The statements of `table` with relay statements committing as `commit` says (cached).
+    pub(crate) fn for_relay(table: &OutboxTable, commit: RelayCommit) -> Arc<Statements> {
         let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
         cache
-            .entry(table.clone())
-            .or_insert_with(|| Arc::new(Statements::new(table)))
+            .entry((table.clone(), commit))
+            .or_insert_with(|| Arc::new(Statements::new(table, commit)))
             .clone()
     }
 
-    pub(crate) fn new(table: &OutboxTable) -> Self {
+    pub(crate) fn new(table: &OutboxTable, commit: RelayCommit) -> Self {
         let quoted = quoted_table(table);
         let all: Vec<String> = COLUMNS
             .iter()
@@ -136,6 +181,7 @@ impl Statements {
                 .replace("{prefix}", table.name())
                 .replace("{columns}", &columns)
                 .replace("{t_columns}", &t_columns)
+                .replace("{relay_commit}", commit.condition())
         };
         let mut schema = String::new();
         if let Some(name) = table.schema() {
@@ -165,7 +211,12 @@ impl Statements {
             event_list_before: list("<", "DESC"),
             event_timeline: r(include_str!("../queries/event_timeline.sql")),
             event_timeline_latency: r(include_str!("../queries/event_timeline_latency.sql")),
-            event_lease: lease_template(&render(include_str!("../queries/event_lease.sql"))),
+            event_lease: [true, false].map(|topic_filter| {
+                lease_template(
+                    &render(include_str!("../queries/event_lease.sql")),
+                    topic_filter,
+                )
+            }),
             event_lease_extend: r(include_str!("../queries/event_lease_extend.sql")),
             event_lease_release: r(include_str!("../queries/event_lease_release.sql")),
             event_mark_delivered: r(include_str!("../queries/event_mark_delivered.sql")),
@@ -189,15 +240,22 @@ impl Statements {
 }
 
 /// The lease template with each `{ready:ALIAS}` replaced by the readiness test of that alias
-/// (`queries/event_ready.sql`); `{limit}` and `{run_limit}` stay.
-fn lease_template(sql: &str) -> String {
-    let ready = include_str!("../queries/event_ready.sql");
-    // Drop the comment lines of the fragment; it is spliced into expressions.
-    let ready: String = ready
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
+/// (`queries/event_ready.sql`, then `queries/event_topic_filter.sql` when `topic_filter`);
+/// `{limit}`, `{run_limit}`, `{min_keys}` and `{fill_cap}` stay.
+fn lease_template(sql: &str, topic_filter: bool) -> String {
+    // Drop the comment lines of the fragments; they are spliced into expressions.
+    let code = |fragment: &str| -> String {
+        fragment
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut ready = code(include_str!("../queries/event_ready.sql"));
+    if topic_filter {
+        ready.push('\n');
+        ready.push_str(&code(include_str!("../queries/event_topic_filter.sql")));
+    }
     let mut out = sql.to_owned();
     for alias in ["k", "o", "e", "u"] {
         out = out.replace(&format!("{{ready:{alias}}}"), &ready.replace("{a}", alias));
@@ -273,19 +331,38 @@ fn insert_columns(extra: &[&str]) -> String {
 }
 
 impl Statements {
-    /// The lease of `limit` events with at most `per_key` per ordering key (cached). Both are
-    /// integers from a validated relay configuration, rendered as literals so PostgreSQL plans
-    /// with them.
-    pub(crate) fn event_lease(&self, limit: i64, per_key: i64) -> Arc<str> {
+    /// The lease of `limit` events with at most `per_key` per ordering key, whose walk may stop
+    /// once it holds `min_keys` keys that fill the batch (cached); `topic_filter` = whether it
+    /// takes the five topic parameters `$5..$9`. The integers come from a validated relay
+    /// configuration and are rendered as literals so PostgreSQL plans with them.
+    pub(crate) fn event_lease(
+        &self,
+        limit: i64,
+        per_key: i64,
+        min_keys: i64,
+        topic_filter: bool,
+    ) -> Arc<str> {
         let limit = limit.max(1);
         let run_limit = (per_key.max(1) - 1).min(limit - 1).max(0);
+        let min_keys = min_keys.clamp(1, limit);
+        let shape = LeaseShape {
+            limit,
+            run_limit,
+            min_keys,
+            topic_filter,
+        };
+        // A key counts towards filling the batch with up to its share of it, and never more
+        // than its run may take.
+        let fill_cap = ((limit + min_keys - 1) / min_keys).min(run_limit + 1);
         let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
         leases
-            .entry((limit, run_limit))
+            .entry(shape)
             .or_insert_with(|| {
-                self.event_lease
+                self.event_lease[usize::from(!topic_filter)]
                     .replace("{limit}", &limit.to_string())
                     .replace("{run_limit}", &run_limit.to_string())
+                    .replace("{min_keys}", &min_keys.to_string())
+                    .replace("{fill_cap}", &fill_cap.to_string())
                     .into()
             })
             .clone()
@@ -346,7 +423,10 @@ mod tests {
 
     #[test]
     fn renders_quoted_qualified_names() {
-        let s = Statements::new(&OutboxTable::parse("billing.events").unwrap());
+        let s = Statements::new(
+            &OutboxTable::parse("billing.events").unwrap(),
+            RelayCommit::Asynchronous,
+        );
         assert!(
             s.schema
                 .starts_with("CREATE SCHEMA IF NOT EXISTS \"billing\";")
@@ -359,10 +439,32 @@ mod tests {
             s.schema
                 .contains("\"events_pending_idx\" ON \"billing\".\"events\"")
         );
-        let lease = s.event_lease(100, 10);
+        let lease = s.event_lease(100, 10, 10, true);
         assert!(lease.contains("LIMIT 9") && lease.contains("w.found < 100"));
+        assert!(lease.contains("w.found >= 10 AND w.filled >= 100") && lease.contains("LIMIT 10)"));
+        assert!(lease.contains("$9") && lease.contains("set_config('synchronous_commit', 'off'"));
+        let every_topic = s.event_lease(100, 10, 10, false);
+        assert!(!every_topic.contains("$5 OR") && !every_topic.contains("$9::"));
+        let synchronous = Statements::new(
+            &OutboxTable::parse("billing.events").unwrap(),
+            RelayCommit::Synchronous,
+        );
+        for sql in [
+            &synchronous.event_lease(100, 1, 10, false),
+            &synchronous.event_mark_delivered,
+            &synchronous.event_mark_failed,
+            &synchronous.event_lease_extend,
+            &synchronous.event_lease_release,
+        ] {
+            assert!(!sql.contains("set_config"), "{sql}");
+        }
         for sql in [
             &lease,
+            &every_topic,
+            &s.event_mark_delivered,
+            &s.event_mark_failed,
+            &s.event_lease_extend,
+            &s.event_lease_release,
             &s.event_list_after,
             &s.event_list_before,
             &s.event_timeline,

@@ -29,6 +29,7 @@ scenarios!(
     a_failure_inside_a_run_releases_the_rest_unattempted,
     a_failure_inside_an_ordered_batch_releases_the_rest,
     a_hot_key_drains_in_ordered_runs,
+    a_lease_takes_concurrency_keys_whose_runs_fill_the_batch,
     a_poll_that_leased_anything_polls_again_at_once,
     one_event_per_key_when_runs_are_off,
     the_walk_over_keys_serves_every_key_in_turn,

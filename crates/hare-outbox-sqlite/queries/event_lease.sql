@@ -3,21 +3,32 @@
 -- ?1 now, ?2 lease_until, ?3 leased_by, ?4 the key cursor (the last ordering key this relay
 -- leased; '' to start), ?5..?9 the topic filter: every topic? (0/1), included names, included
 -- prefixes, excluded names, excluded prefixes (JSON arrays of strings). Prefixes match literally
--- and case-sensitively (substr, never LIKE or GLOB). {limit} is the batch size and {run_limit}
--- the events a key may add after its head (max_events_per_key - 1), rendered as literals.
+-- and case-sensitively (substr, never LIKE or GLOB). Rendered as literals: {limit} the batch
+-- size, {run_limit} the events a key may add after its head (max_events_per_key - 1),
+-- {min_keys} the keys the walk gathers before it may stop, {fill_cap} how many pending events
+-- of a key count towards filling the batch.
 --
 -- As on PostgreSQL: a walk over the distinct ordering keys of the pending-key index, from the
 -- cursor and wrapping around once, finds each key's head (its first undelivered event, failed
 -- and dead-lettered ones included) with one probe and stops after {limit} heads that may be
--- leased; blocked keys never cost a walk over their backlog. Each head takes a run of its key's
+-- leased, or once it holds {min_keys} of them whose runs fill the batch; blocked keys never cost
+-- a walk over their backlog. Each head takes a run of its key's
 -- next events up to an even share of the batch, stopping before the first that may not be
 -- leased; events without a key come in sequence order; both kinds are interleaved by rank.
 -- Keys compare with SQLite's BINARY collation, the byte order Rust's strings sort in.
 WITH RECURSIVE
-walk(ordering_key, sequence, ready, found, depth) AS (
-    SELECT ?4, NULL, 0, 0, 0
+walk(ordering_key, sequence, ready, found, filled, depth) AS (
+    SELECT ?4, NULL, 0, 0, 0, 0
     UNION ALL
-    SELECT o.ordering_key, o.sequence, {ready:o}, w.found + {ready:o}, w.depth + 1
+    SELECT o.ordering_key, o.sequence, {ready:o}, w.found + {ready:o},
+           w.filled + CASE WHEN {ready:o} THEN (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM {table} AS f INDEXED BY {pending_key_idx}
+                   WHERE f.ordering_key = o.ordering_key AND f.published_at IS NULL
+                     AND f.sequence >= o.sequence
+                   ORDER BY f.ordering_key, f.sequence LIMIT {fill_cap}))
+           ELSE 0 END,
+           w.depth + 1
     FROM walk AS w
     JOIN {table} AS o ON o.sequence = coalesce(
         -- the next key after the previous one, before wrapping
@@ -36,7 +47,7 @@ walk(ordering_key, sequence, ready, found, depth) AS (
            AND k.published_at IS NULL AND k.ordering_key > w.ordering_key
            AND k.ordering_key <= ?4
          ORDER BY k.ordering_key, k.sequence LIMIT 1))
-    WHERE w.found < {limit}
+    WHERE w.found < {limit} AND NOT (w.found >= {min_keys} AND w.filled >= {limit})
 ),
 heads AS MATERIALIZED (
     SELECT sequence, ordering_key, depth FROM walk WHERE ready AND depth > 0

@@ -466,7 +466,12 @@ impl Backend for SqliteBackend {
         let now = params.now.unwrap_or_else(chrono::Utc::now);
         let lease_until =
             now + chrono::Duration::from_std(params.lease).unwrap_or(chrono::Duration::MAX);
-        let sql = sql::event_lease(table, params.limit, params.max_events_per_key);
+        let sql = sql::event_lease(
+            table,
+            params.limit,
+            params.max_events_per_key,
+            params.min_keys,
+        );
         let mut tx = self.begin_immediate().await?;
         let query = sqlx::query(AssertSqlSafe(sql))
             .bind(timestamp(now))

@@ -231,12 +231,17 @@ fn insert_columns(extra: &[&str]) -> String {
         .join(", ")
 }
 
-/// The lease of `limit` events with at most `per_key` per ordering key; both are integers from
-/// a validated relay configuration, rendered as literals. Each `{ready:ALIAS}` becomes the
-/// readiness test of `event_ready.sql` for that alias.
-pub(crate) fn event_lease(table: &OutboxTable, limit: i64, per_key: i64) -> String {
+/// The lease of `limit` events with at most `per_key` per ordering key, whose walk may stop once
+/// it holds `min_keys` keys that fill the batch; integers from a validated relay configuration,
+/// rendered as literals. Each `{ready:ALIAS}` becomes the readiness test of `event_ready.sql` for
+/// that alias.
+pub(crate) fn event_lease(table: &OutboxTable, limit: i64, per_key: i64, min_keys: i64) -> String {
     let limit = limit.max(1);
     let run_limit = (per_key.max(1) - 1).min(limit - 1).max(0);
+    let min_keys = min_keys.clamp(1, limit);
+    // A key counts towards filling the batch with up to its share of it, and never more than its
+    // run may take.
+    let fill_cap = ((limit + min_keys - 1) / min_keys).min(run_limit + 1);
     let ready: String = EVENT_READY
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))
@@ -245,6 +250,8 @@ pub(crate) fn event_lease(table: &OutboxTable, limit: i64, per_key: i64) -> Stri
     let mut more = vec![
         ("{limit}", limit.to_string()),
         ("{run_limit}", run_limit.to_string()),
+        ("{min_keys}", min_keys.to_string()),
+        ("{fill_cap}", fill_cap.to_string()),
     ];
     let aliases = [("{ready:o}", "o"), ("{ready:e}", "e"), ("{ready:u}", "u")];
     for (placeholder, alias) in aliases {
@@ -435,7 +442,7 @@ mod tests {
         ] {
             rendered.push(query.render(&table));
         }
-        rendered.push(event_lease(&table, 100, 10));
+        rendered.push(event_lease(&table, 100, 10, 10));
         for sql in rendered {
             let sql = sql.replace("'{}'", "");
             assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");

@@ -369,6 +369,7 @@ impl<B: Backend> Inner<B> {
         tracing::info!(relay = %config.name, table = %self.outbox.table(), "relay started");
         // The marks of the last delivered batch, written while the next batch is leased.
         let mut finishing = None;
+        let mut contended_in_a_row = 0;
         while !shutdown.is_cancelled() {
             if !config.backlog_interval.is_zero() && tokio::time::Instant::now() >= next_backlog {
                 next_backlog = tokio::time::Instant::now() + config.backlog_interval;
@@ -384,7 +385,10 @@ impl<B: Backend> Inner<B> {
                 tracing::warn!(relay = %config.name, "wake-up closed; polling only");
                 subscription = None;
             }
-            let wait = match self.poll_pipelined(&mut finishing).await {
+            let wait = match self
+                .poll_pipelined(&mut finishing, &mut contended_in_a_row)
+                .await
+            {
                 // A poll that leased anything polls again at once (seed 001 § «Один опрос»).
                 Ok(true) => {
                     storage_errors = 0;
@@ -443,8 +447,8 @@ impl<B: Backend> Inner<B> {
 
     async fn poll(&self) -> Result<PollOutcome> {
         match self.lease_and_deliver().await? {
-            Some(batch) => self.finish(batch).await,
-            None => Ok(PollOutcome::default()),
+            Leased::Batch(batch) => self.finish(batch).await,
+            Leased::Nothing | Leased::Contended => Ok(PollOutcome::default()),
         }
     }
 
@@ -452,11 +456,14 @@ impl<B: Backend> Inner<B> {
     /// one's marks are written (`finishing`); its own marks are then left running in the
     /// background for the next call. Order per key holds: while the previous batch is not
     /// marked its events are leased, so their keys' later events cannot be leased here.
-    /// Returns whether to poll again at once: after a lease that took anything, or when nothing
-    /// was free but the previous batch was still being marked (its keys are free now).
+    /// Returns whether to poll again at once: after a lease that took anything, when nothing
+    /// was free but the previous batch was still being marked (its keys are free now), or when
+    /// another relay's lease held the heads this one found (the next walk starts past them; at
+    /// most [`MAX_CONTENDED_REPOLLS`] times in a row).
     async fn poll_pipelined(
         self: &Arc<Self>,
         finishing: &mut Option<JoinHandle<Result<PollOutcome>>>,
+        contended_in_a_row: &mut u32,
     ) -> Result<bool> {
         let step = self.lease_and_deliver().await;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
@@ -472,12 +479,20 @@ impl<B: Backend> Inner<B> {
         };
         let previous = previous?;
         match batch {
-            Some(batch) => {
+            Leased::Batch(batch) => {
+                *contended_in_a_row = 0;
                 let relay = self.clone();
                 *finishing = Some(tokio::spawn(async move { relay.finish(batch).await }));
                 Ok(true)
             }
-            None => Ok(previous.is_some()),
+            Leased::Contended if *contended_in_a_row < MAX_CONTENDED_REPOLLS => {
+                *contended_in_a_row += 1;
+                Ok(true)
+            }
+            Leased::Nothing | Leased::Contended => {
+                *contended_in_a_row = 0;
+                Ok(previous.is_some())
+            }
         }
     }
 
@@ -497,8 +512,8 @@ impl<B: Backend> Inner<B> {
         }
     }
 
-    /// Leases a batch and delivers it while holding its lease; `None` when nothing was leased.
-    async fn lease_and_deliver(&self) -> Result<Option<DeliveredBatch>> {
+    /// Leases a batch and delivers it while holding its lease.
+    async fn lease_and_deliver(&self) -> Result<Leased> {
         let config = &self.config;
         let backend = self.outbox.backend();
         let table = self.outbox.table();
@@ -513,6 +528,7 @@ impl<B: Backend> Inner<B> {
                 &EventLeaseParams::new(config.name.clone(), config.batch_size as i64, config.lease)
                     .with_topics(self.topics.clone())
                     .with_max_events_per_key(config.max_events_per_key as i64)
+                    .with_min_keys(config.concurrency as i64)
                     .with_key_cursor(cursor),
             )
             .await?;
@@ -521,7 +537,11 @@ impl<B: Backend> Inner<B> {
         }
         let events = leased.events;
         if events.is_empty() {
-            return Ok(None);
+            return Ok(if leased.contended {
+                Leased::Contended
+            } else {
+                Leased::Nothing
+            });
         }
         self.stats
             .leased
@@ -531,7 +551,7 @@ impl<B: Backend> Inner<B> {
         let reports = self.deliver_holding_lease(&events).await;
         metrics::histogram!("hare_outbox_batch_delivery_seconds", "table" => table.to_string())
             .record(started.elapsed().as_secs_f64());
-        Ok(Some(DeliveredBatch { events, reports }))
+        Ok(Leased::Batch(DeliveredBatch { events, reports }))
     }
 
     /// Writes the marks of a delivered batch (delivered, failed, released), then counts and
@@ -770,6 +790,20 @@ impl<B: Backend> Inner<B> {
             }
         }
     }
+}
+
+/// How many times in a row a relay polls again at once after a contended lease (one that found
+/// only heads another relay's lease held locked) before it waits for its poll interval again.
+const MAX_CONTENDED_REPOLLS: u32 = 8;
+
+/// What one lease gave the run loop.
+enum Leased {
+    /// A batch, delivered and waiting for its marks.
+    Batch(DeliveredBatch),
+    /// Nothing could be leased.
+    Nothing,
+    /// Nothing leased, but only because another relay's lease held the heads found.
+    Contended,
 }
 
 /// A leased batch and the report of each event's delivery, in batch order, waiting for its marks.

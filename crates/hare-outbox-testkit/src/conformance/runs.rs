@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use hare_outbox_core::backend::EventLeaseParams;
 use hare_outbox_core::{
     Backend, Delivery, DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxMessage, OutboxRelay,
     RelayConfig,
@@ -153,6 +154,91 @@ pub async fn a_hot_key_drains_in_ordered_runs<B: Backend>(outbox: &Outbox<B>) {
     assert_eq!(of_key(&seen, Some("hot")), (0..250).collect::<Vec<_>>());
     assert_eq!(of_key(&seen, None).len(), 10);
     assert!(polls <= 4, "{polls} polls for 260 events in batches of 100");
+}
+
+/// 20 keys × 20 events, a lease of 100 gathering at least 10 keys (a relay's `concurrency`):
+/// the walk stops at 10 keys whose runs fill the batch — 10 consecutive events of each of
+/// `k00`…`k09`, from each key's head — and the next lease, started from the cursor the first one
+/// returned, takes `k10`…`k19` the same way. Gathering 100 keys instead (the default) spreads
+/// the batch over all 20 keys, 5 events each.
+///
+/// # Panics
+/// When a batch holds other keys or counts, a run is not its key's next events in order, or
+/// the second lease does not start after the first one's keys.
+pub async fn a_lease_takes_concurrency_keys_whose_runs_fill_the_batch<B: Backend>(
+    outbox: &Outbox<B>,
+) {
+    let keys: Vec<String> = (0..20).map(|k| format!("k{k:02}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        put(outbox, Some(key), i as i64 * 100, 20).await;
+    }
+    let lease = |cursor: &str, min_keys: i64| {
+        EventLeaseParams::new("walker".to_owned(), 100, Duration::from_secs(60))
+            .with_max_events_per_key(100)
+            .with_min_keys(min_keys)
+            .with_key_cursor(cursor)
+    };
+    // The `n`s leased per key, in the batch's (sequence) order.
+    let per_key = |events: &[OutboxEvent]| {
+        let mut out: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+        for event in events {
+            let key = event.ordering_key.clone().unwrap();
+            out.entry(key).or_default().push(n_of(event));
+        }
+        out
+    };
+    let backend = outbox.backend();
+    let first = backend
+        .event_lease(outbox.table(), &lease("", 10))
+        .await
+        .unwrap();
+    let got = per_key(&first.events);
+    assert_eq!(got.keys().cloned().collect::<Vec<_>>(), keys[..10].to_vec());
+    for (i, ns) in got.values().enumerate() {
+        let from = i as i64 * 100;
+        assert_eq!(ns, &(from..from + 10).collect::<Vec<_>>(), "key k{i:02}");
+    }
+    let cursor = first.key_cursor.clone().unwrap();
+    let second = backend
+        .event_lease(outbox.table(), &lease(&cursor, 10))
+        .await
+        .unwrap();
+    let got = per_key(&second.events);
+    assert_eq!(got.keys().cloned().collect::<Vec<_>>(), keys[10..].to_vec());
+    for (i, ns) in got.values().enumerate() {
+        let from = (10 + i) as i64 * 100;
+        assert_eq!(
+            ns,
+            &(from..from + 10).collect::<Vec<_>>(),
+            "key k{:02}",
+            10 + i
+        );
+    }
+    // Every head is leased now; the rest waits for their runs. Release both batches (marking
+    // them delivered) and lease once more gathering one head per event: 20 keys × 5 events.
+    let delivered: Vec<i64> = first
+        .events
+        .iter()
+        .chain(&second.events)
+        .map(|e| e.sequence)
+        .collect();
+    backend
+        .event_mark_delivered(
+            outbox.table(),
+            &hare_outbox_core::backend::EventMarkDeliveredParams::new(delivered),
+        )
+        .await
+        .unwrap();
+    let spread = backend
+        .event_lease(outbox.table(), &lease("", 100))
+        .await
+        .unwrap();
+    let got = per_key(&spread.events);
+    assert_eq!(got.len(), 20, "{got:?}");
+    for (i, ns) in got.values().enumerate() {
+        let from = i as i64 * 100 + 10;
+        assert_eq!(ns, &(from..from + 5).collect::<Vec<_>>(), "key k{i:02}");
+    }
 }
 
 /// With `max_events_per_key = 1` a batch holds one event per key: 3 keys × 4 events take 4 polls
