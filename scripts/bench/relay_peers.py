@@ -33,11 +33,30 @@ WORKLOADS = {
 }
 
 
+# A version-7 id for row g (time-ordered, as `enqueue` writes them): random v4 ids would scatter
+# the unique index on id that every row write of the relay touches.
+UUID_V7 = """encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+    placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint + g)
+    from 3) from 1 for 6), 52, 1), 53, 1), 'hex')::uuid"""
+
+
 def key_expr(keys: int) -> str:
     return "NULL" if keys == 0 else f"'k' || (g % {keys})"
 
 
-class Hare:
+class System:
+    """What every system shares: how the drain reads its backlog. Counting every pending row
+    each 50 ms would cost the server as much as a relay's lease, so the drain counts only until
+    the first delivery, then asks whether any row is left."""
+
+    async def pending(self, conn, schema):
+        return await conn.fetchval(f"SELECT count(*) {self.pending_rows(schema)}")
+
+    async def any_pending(self, conn, schema):
+        return await conn.fetchval(f"SELECT EXISTS (SELECT 1 {self.pending_rows(schema)})")
+
+
+class Hare(System):
     name = "hare-outbox relay"
 
     def __init__(self, args):
@@ -60,13 +79,13 @@ class Hare:
         self.migrate(workdir, schema)
         await conn.execute(
             f"""INSERT INTO {schema}.outbox (id, topic, payload, ordering_key)
-                SELECT gen_random_uuid(), 'bench', jsonb_build_object('n', g), {key_expr(keys)}
+                SELECT {UUID_V7}, 'bench', jsonb_build_object('n', g), {key_expr(keys)}
                 FROM generate_series(1, {events}) g"""
         )
         await conn.execute(f"ANALYZE {schema}.outbox")
 
-    async def pending(self, conn, schema):
-        return await conn.fetchval(f"SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL")
+    def pending_rows(self, schema):
+        return f"FROM {schema}.outbox WHERE published_at IS NULL"
 
     def start(self, schema, workdir):
         config = os.path.join(workdir, "hare-outbox.toml")
@@ -114,8 +133,11 @@ class HareSqlite(Hare):
     async def pending(self, conn, schema):
         return self.db.execute("SELECT count(*) FROM outbox WHERE published_at IS NULL").fetchone()[0]
 
+    async def any_pending(self, conn, schema):
+        return (await self.pending(conn, schema)) > 0
 
-class Txoutbox:
+
+class Txoutbox(System):
     def __init__(self, args, mode):
         self.args, self.mode = args, mode
         self.name = f"txoutbox 0.2.2 {mode}"
@@ -138,8 +160,8 @@ class Txoutbox:
         )
         await conn.execute(f"ANALYZE {schema}.outbox")
 
-    async def pending(self, conn, schema):
-        return await conn.fetchval(f"SELECT count(*) FROM {schema}.outbox WHERE status = 'pending'")
+    def pending_rows(self, schema):
+        return f"FROM {schema}.outbox WHERE status = 'pending'"
 
     def start(self, schema, workdir):
         return subprocess.Popen(
@@ -148,7 +170,7 @@ class Txoutbox:
         )
 
 
-class Pgto:
+class Pgto(System):
     name = "pg-transactional-outbox 0.5.7"
 
     def __init__(self, args):
@@ -174,10 +196,8 @@ class Pgto:
         )
         await conn.execute(f"ANALYZE {schema}.outbox")
 
-    async def pending(self, conn, schema):
-        return await conn.fetchval(
-            f"SELECT count(*) FROM {schema}.outbox WHERE processed_at IS NULL AND abandoned_at IS NULL"
-        )
+    def pending_rows(self, schema):
+        return f"FROM {schema}.outbox WHERE processed_at IS NULL AND abandoned_at IS NULL"
 
     def start(self, schema, workdir):
         a = self.args
@@ -186,7 +206,37 @@ class Pgto:
         return subprocess.Popen(cmd, env=env)
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of one process and its live threads (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def postgres_cpu_seconds():
+    """CPU seconds of every live PostgreSQL server process (backends, WAL writer, checkpointer)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() != "postgres":
+                        continue
+            except OSError:
+                continue
+            total += cpu_seconds(entry)
+    return total
+
+
 async def drain(conn, system, events, keys, timeout):
+    """Drains one backlog; returns (events/s, CPU µs per event of the system's process, of the
+    PostgreSQL server), both CPU figures measured from the first delivery to the end."""
     schema = f"hare_peers_{uuid.uuid4().hex[:8]}"
     await conn.execute(f"CREATE SCHEMA {schema}")
     try:
@@ -196,20 +246,32 @@ async def drain(conn, system, events, keys, timeout):
             try:
                 first, first_left = None, None
                 deadline = time.monotonic() + timeout
+                now = time.monotonic()
                 while True:
-                    left = await system.pending(conn, schema)
+                    if first is None:
+                        left = await system.pending(conn, schema)
+                    else:
+                        left = 1 if await system.any_pending(conn, schema) else 0
                     now = time.monotonic()
                     if first is None and left < events:
                         first, first_left = now, left
+                        cpu0 = (cpu_seconds(proc.pid), postgres_cpu_seconds())
                     if left == 0:
-                        return first_left / (now - first) if now > first else float("nan")
+                        own = (cpu_seconds(proc.pid) - cpu0[0]) * 1e6 / first_left
+                        pg = (postgres_cpu_seconds() - cpu0[1]) * 1e6 / first_left
+                        rate = first_left / (now - first) if now > first else float("nan")
+                        return rate, own, pg
                     if now > deadline or proc.poll() is not None:
+                        left = await system.pending(conn, schema)
                         state = "exited" if proc.poll() is not None else "timed out"
                         print(f"  {system.name}: {state} after {events - left} of {events} events",
                               file=sys.stderr)
-                        if first is None or now == first:
-                            return 0.0
-                        return (first_left - left) / (now - first)
+                        if first is None or now == first or first_left == left:
+                            return 0.0, float("nan"), float("nan")
+                        done = first_left - left
+                        own = (cpu_seconds(proc.pid) - cpu0[0]) * 1e6 / done
+                        pg = (postgres_cpu_seconds() - cpu0[1]) * 1e6 / done
+                        return done / (now - first), own, pg
                     await asyncio.sleep(0.05)
             finally:
                 proc.terminate()
@@ -264,10 +326,10 @@ async def main():
         events, keys = WORKLOADS[wl]
         for r in range(a.rounds):
             for s in systems:
-                rate = await drain(conn, s, events, keys, a.timeout)
+                rate, own, pg = await drain(conn, s, events, keys, a.timeout)
                 results.setdefault((wl, s.name), []).append(rate)
-                print(f"  {wl:<14} round {r + 1}  {s.name:<32} {rate:>9.0f} events/s",
-                      flush=True)
+                print(f"  {wl:<14} round {r + 1}  {s.name:<32} {rate:>9.0f} events/s   "
+                      f"CPU µs/event: own {own:.1f} + PostgreSQL {pg:.1f}", flush=True)
     await conn.close()
     print()
     print(f"{'workload':<15} {'system':<32} {'events/s (each round)':<24} {'× hare':>7}")
