@@ -183,8 +183,13 @@ const NATIVE_EQ: &[&str] = &[
     "varbit",
 ];
 
+/// Reads columns and types from the system catalogs on `conn` — a transaction, so that behind a
+/// transaction pooler every statement reaches the same server connection.
 struct Catalog<'c> {
     conn: &'c mut PgConnection,
+    /// Whether statements may be prepared under a name: not behind a transaction pooler, where
+    /// `sqlx_s_1` collides with another client's statement of that name on the server connection.
+    persistent: bool,
     types: HashMap<i64, TypeInfo>,
 }
 
@@ -192,6 +197,7 @@ impl Catalog<'_> {
     async fn columns(&mut self, relation: i64) -> Result<Vec<(String, i64, String)>> {
         let rows = sqlx::query(COLUMNS)
             .bind(relation)
+            .persistent(self.persistent)
             .fetch_all(&mut *self.conn)
             .await
             .map_err(translate)?;
@@ -218,6 +224,7 @@ impl Catalog<'_> {
         }
         let row = sqlx::query(TYPE)
             .bind(oid)
+            .persistent(self.persistent)
             .fetch_optional(&mut *self.conn)
             .await
             .map_err(translate)?
@@ -511,6 +518,7 @@ pub(crate) async fn install(
 
     let mut catalog = Catalog {
         conn: &mut tx,
+        persistent: db.persistent(),
         types: HashMap::new(),
     };
     let raw_columns = catalog.columns(table.oid).await?;
@@ -886,9 +894,17 @@ async fn list(
     Ok(out)
 }
 
-/// Every capture into `outbox` with its drift; see `Backend::capture_status`.
+/// Every capture into `outbox` with its drift; see `Backend::capture_status`. Reads in one
+/// read-only transaction: one snapshot of the catalogs, and behind a transaction pooler one
+/// server connection for all its statements (outside a transaction, the Parse and the Bind of an
+/// unnamed statement may reach different server connections).
 pub(crate) async fn status(db: Db<'_>, outbox: &OutboxTable) -> Result<Vec<CaptureStatus>> {
-    let mut conn = db.pool.acquire().await.map_err(translate)?;
+    let mut conn = db.pool.begin().await.map_err(translate)?;
+    sqlx::query("SET TRANSACTION READ ONLY")
+        .persistent(db.persistent())
+        .execute(&mut *conn)
+        .await
+        .map_err(translate)?;
     let installed = list(db, &mut conn, outbox).await?;
     let mut out = Vec::new();
     for (_, record, state) in installed {
@@ -903,6 +919,7 @@ pub(crate) async fn status(db: Db<'_>, outbox: &OutboxTable) -> Result<Vec<Captu
             Some(table) => {
                 let mut catalog = Catalog {
                     conn: &mut conn,
+                    persistent: db.persistent(),
                     types: HashMap::new(),
                 };
                 let columns: Vec<CaptureColumn> = catalog
@@ -936,6 +953,7 @@ pub(crate) async fn status(db: Db<'_>, outbox: &OutboxTable) -> Result<Vec<Captu
             drift,
         ));
     }
+    conn.commit().await.map_err(translate)?;
     Ok(out)
 }
 

@@ -292,3 +292,148 @@ async fn a_direct_listen_pool_wakes_a_pooled_relay_at_once() {
     wakeup.close().await.unwrap();
     schema.drop_schema().await;
 }
+
+/// Change capture under parallel load through the pooler: eight clients (pools of their own, so
+/// their statements meet on PgBouncer's shared server connections) at once install a capture on
+/// a table of their own — many catalog reads: columns, a domain, an enum, a composite, arrays —,
+/// read the capture status, and fire it with raw SQL, while a ninth client enqueues. Named
+/// prepared statements (`sqlx_s_1`) would collide here (`prepared statement "sqlx_s_1" already
+/// exists`); every event arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn capture_install_status_and_fire_through_pgbouncer_in_parallel() {
+    const CLIENTS: usize = 8;
+    const UPDATES: i32 = 10;
+    let started = Instant::now();
+    let schema = TestSchema::new(2).await;
+    let s = schema.name.clone();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE DOMAIN \"{s}\".qty AS int CHECK (VALUE >= 0);
+         CREATE TYPE \"{s}\".mood AS ENUM ('ok', 'meh');
+         CREATE TYPE \"{s}\".point2 AS (x float8, y float8);"
+    )))
+    .execute(&schema.pool)
+    .await
+    .unwrap();
+    for client in 0..CLIENTS {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE \"{s}\".t{client} (id int PRIMARY KEY, qty \"{s}\".qty NOT NULL,
+                 mood \"{s}\".mood, at \"{s}\".point2, tags text[], doc jsonb, price numeric(10,2),
+                 seen timestamptz DEFAULT now(), blob bytea);
+             INSERT INTO \"{s}\".t{client} (id, qty) VALUES (1, 0);"
+        )))
+        .execute(&schema.pool)
+        .await
+        .unwrap();
+    }
+    // The outbox itself, created through the pooler.
+    let writer = outbox_through_pooler(&schema, pooled(4).await).await;
+
+    let mut clients = Vec::new();
+    for client in 0..CLIENTS {
+        let s = s.clone();
+        clients.push(tokio::spawn(async move {
+            let pool = pooled(3).await;
+            let table = OutboxTable::parse(&format!("{s}.outbox")).unwrap();
+            let outbox = Outbox::new(
+                PgBackend::new(pool.clone()).with_transaction_pooler(true),
+                table,
+            );
+            let capture = ChangeCapture::new(format!("t{client}"))
+                .with_schema(&s)
+                .with_label(format!("shop.T{client}"));
+            capture.install(&outbox).await.unwrap();
+            // Twice more: a repeated install replaces the trigger, reading the catalog again.
+            capture.install(&outbox).await.unwrap();
+            let status = capture.status(&outbox).await.unwrap().expect("installed");
+            assert!(status.is_current(), "{:?}", status.drift);
+            for all in outbox.capture_status().await.unwrap() {
+                assert!(all.is_current(), "{}: {:?}", all.table, all.drift);
+            }
+            for qty in 1..=UPDATES {
+                let mut tx = pool.begin().await.unwrap();
+                outbox
+                    .set_context(&mut *tx, json!({"client": client}))
+                    .await
+                    .unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE \"{s}\".t{client} SET qty = $1 WHERE id = 1"
+                )))
+                .bind(qty)
+                .persistent(false)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+                tx.commit().await.unwrap();
+            }
+        }));
+    }
+    let enqueuing = {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            for n in 0..50 {
+                let mut tx = writer.begin().await.unwrap();
+                tx.enqueue(OutboxMessage::new("plain", json!({"n": n})))
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+            }
+        })
+    };
+    for client in clients {
+        client.await.unwrap();
+    }
+    enqueuing.await.unwrap();
+    let installed = Duration::from_secs_f64(started.elapsed().as_secs_f64());
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let relay = OutboxRelay::new(
+        writer.clone(),
+        FnDelivery::new(move |e: OutboxEvent| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(e);
+                Ok(())
+            }
+        }),
+        RelayConfig::default().with_poll_interval(Duration::from_millis(20)),
+    )
+    .unwrap();
+    relay.start().unwrap();
+    let expected = CLIENTS * UPDATES as usize + 50;
+    wait_for(
+        "every captured and enqueued event",
+        Duration::from_secs(20),
+        || async { (seen.lock().unwrap().len() >= expected).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    relay.stop().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), expected, "each event exactly once");
+    let mut per_model: HashMap<String, Vec<i64>> = HashMap::new();
+    for event in &seen {
+        if event.topic == "plain" {
+            continue;
+        }
+        assert_eq!(event.payload["operation"], "updated", "{}", event.payload);
+        per_model
+            .entry(event.payload["model"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(event.payload["after"]["qty"].as_i64().unwrap_or(-1));
+    }
+    assert_eq!(per_model.len(), CLIENTS, "{per_model:?}");
+    for (model, quantities) in &per_model {
+        assert_eq!(
+            quantities,
+            &(1..=i64::from(UPDATES)).collect::<Vec<_>>(),
+            "{model}: every update once, in order"
+        );
+    }
+    eprintln!(
+        "{CLIENTS} clients installed, checked and fired captures through PgBouncer in {installed:?}; \
+         {expected} events delivered in {:?} in all",
+        started.elapsed()
+    );
+    schema.drop_schema().await;
+}

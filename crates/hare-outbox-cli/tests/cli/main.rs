@@ -5,6 +5,7 @@
 
 mod brokers;
 mod capture;
+mod clock_skew;
 mod config_errors;
 mod delivery_config;
 mod demo;

@@ -659,8 +659,9 @@ impl<B: Backend> Inner<B> {
     }
 
     /// Delivers the batch, each key's run in order ([`deliver_in_key_order`]), while a background
-    /// task extends its lease every third of the lease. When extending keeps failing until less
-    /// than a third of the lease is left (the database is unreachable), the delivery is cut
+    /// task extends its lease every third of the lease. When extending keeps failing — an error,
+    /// or no answer (a line that drops packets, a locked row) — until less than a third of the
+    /// lease is left, the delivery is cut
     /// short: what was not sent yet comes back unattempted, so it is never sent while another
     /// relay may already hold it.
     async fn deliver_holding_lease(&self, events: &[OutboxEvent]) -> Vec<DeliveryReport> {
@@ -685,18 +686,30 @@ impl<B: Backend> Inner<B> {
                     let params =
                         EventLeaseExtendParams::new(sequences.clone(), name.clone(), lease);
                     let asked = tokio::time::Instant::now();
-                    match backend.event_lease_extend(&table, &params).await {
-                        Ok(_) => held_until = asked + lease,
-                        Err(error) => {
-                            tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
-                            if held_until.saturating_duration_since(tokio::time::Instant::now())
-                                < period
-                            {
-                                tracing::error!(relay = %name, "the lease cannot be kept; the rest of the batch is left for a later lease");
-                                lease_lost.cancel();
-                                return;
-                            }
+                    // An extension that does not answer (a line that drops packets, a blocked
+                    // row) counts as failed once less than a third of the lease is left.
+                    let deadline = held_until.checked_sub(period).unwrap_or(asked);
+                    let extended = tokio::time::timeout_at(
+                        deadline.max(asked),
+                        backend.event_lease_extend(&table, &params),
+                    )
+                    .await;
+                    let error = match extended {
+                        Ok(Ok(_)) => {
+                            held_until = asked + lease;
+                            continue;
                         }
+                        Ok(Err(error)) => error,
+                        Err(_) => Error::database(format!(
+                            "no answer within {:.1} s",
+                            deadline.saturating_duration_since(asked).as_secs_f64()
+                        )),
+                    };
+                    tracing::warn!(relay = %name, error = &error as &dyn std::error::Error, "extending the lease failed");
+                    if held_until.saturating_duration_since(tokio::time::Instant::now()) <= period {
+                        tracing::error!(relay = %name, "the lease cannot be kept; the rest of the batch is left for a later lease");
+                        lease_lost.cancel();
+                        return;
                     }
                 }
             }))

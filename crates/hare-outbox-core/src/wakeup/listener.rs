@@ -11,9 +11,11 @@
 //! hare-outbox-rabbitmq) implement [`Source`] for their transport and get the sharing and the
 //! reconnect rules from here: a listener never gives up while anyone subscribes. After
 //! [`MAX_FAILURES`] failed attempts in a row it logs an ERROR (relays poll meanwhile) and goes on
-//! retrying with a backoff capped at [`MAX_RECONNECT_DELAY`]; a successful reconnect resets the
-//! count and sends every subscriber an empty signal, so each relay polls once for the signals
-//! lost while the subscription was down.
+//! retrying with a backoff capped at [`MAX_RECONNECT_DELAY`]. Every success that follows a lost
+//! subscription or one or more failed attempts — including the first subscription of a listener
+//! started during an outage — resets the count, logs `wake-up subscription restored` at INFO and
+//! sends every subscriber an empty signal, so each relay polls once for the signals lost while
+//! the subscription was down. Only a first attempt that succeeds at once logs at DEBUG.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -171,7 +173,10 @@ async fn listen(
         };
         let error: BoxError = match attempt {
             Ok(Ok(mut messages)) => {
-                if subscribed_before {
+                // Restored: after a lost subscription, and after failed attempts — also when
+                // the listener started during an outage, since `subscribe()` returned to the
+                // relays after the first failure and signals sent since then are lost.
+                if subscribed_before || failures > 0 {
                     tracing::info!(
                         wakeup = %what,
                         failures,
@@ -453,7 +458,9 @@ mod tests {
         let mut sub = listener.subscribe(&source(&fake), WAIT).await;
         wait_until(|| fake.open_streams() == 1).await;
         assert_eq!(fake.attempts(), MAX_FAILURES);
-        // The first subscription came after failures: nothing was lost to poll for.
+        // The first subscription came after failures, and `subscribe()` had already returned:
+        // signals sent meanwhile are lost, so the relays poll once.
+        assert!(recv(&mut sub).await.unwrap().unwrap().is_empty());
         fake.send(br#"["late"]"#);
         assert_eq!(
             &*recv(&mut sub).await.unwrap().unwrap(),
@@ -476,9 +483,119 @@ mod tests {
         // Eleven pauses of 100 ms doubling, each at least half its full length.
         let full: Duration = (1..=MAX_FAILURES + 6).map(full_delay).sum();
         assert!(waited.elapsed() >= full / 2, "{:?}", waited.elapsed());
+        assert!(recv(&mut a).await.unwrap().unwrap().is_empty(), "poll now");
+        assert!(recv(&mut b).await.unwrap().unwrap().is_empty(), "poll now");
         fake.send(br#"["back"]"#);
         assert_eq!(&*recv(&mut a).await.unwrap().unwrap(), ["back".to_owned()]);
         assert_eq!(&*recv(&mut b).await.unwrap().unwrap(), ["back".to_owned()]);
+    }
+
+    /// Log lines written on this thread while the guard lives (the test runtime is
+    /// current-thread, so the listener task logs here too). One global subscriber writes to the
+    /// capturing thread's buffer: with scoped subscribers, a callsite first reached by a test on
+    /// another thread can keep a stale "never" interest and lose the line here.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    thread_local! {
+        static CAPTURE: std::cell::RefCell<Option<Logs>> = const { std::cell::RefCell::new(None) };
+    }
+
+    struct ThreadWriter;
+
+    impl std::io::Write for ThreadWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            CAPTURE.with(|c| {
+                if let Some(logs) = &*c.borrow() {
+                    logs.0.lock().unwrap().extend_from_slice(buf);
+                }
+            });
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct CaptureGuard;
+
+    impl Drop for CaptureGuard {
+        fn drop(&mut self) {
+            CAPTURE.with(|c| c.borrow_mut().take());
+        }
+    }
+
+    impl Logs {
+        fn capture() -> (Logs, CaptureGuard) {
+            static GLOBAL: std::sync::Once = std::sync::Once::new();
+            GLOBAL.call_once(|| {
+                let subscriber = tracing_subscriber::fmt()
+                    .with_ansi(false)
+                    .with_max_level(tracing::Level::DEBUG)
+                    .with_writer(|| ThreadWriter)
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber).unwrap();
+            });
+            let logs = Logs::default();
+            CAPTURE.with(|c| *c.borrow_mut() = Some(logs.clone()));
+            (logs, CaptureGuard)
+        }
+        fn lines(&self, level: &str, needle: &str) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .filter(|l| l.contains(level) && l.contains(needle))
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    /// Started during an outage: `subscribe()` returns after the first failed attempt, so the
+    /// first subscription that follows is a restored one — INFO and one "poll now".
+    #[tokio::test(start_paused = true)]
+    async fn a_start_during_an_outage_is_announced_as_restored_with_one_empty_signal() {
+        let (logs, _guard) = Logs::capture();
+        let fake = Fake::new(3, false);
+        let listener = Listener::default();
+        let mut sub = listener.subscribe(&source(&fake), WAIT).await;
+        assert_eq!(
+            fake.attempts(),
+            1,
+            "subscribe() returned after the first failure"
+        );
+        wait_until(|| fake.open_streams() == 1).await;
+        assert_eq!(fake.attempts(), 4);
+        assert!(
+            recv(&mut sub).await.unwrap().unwrap().is_empty(),
+            "one empty signal: poll now"
+        );
+        let restored = logs.lines(
+            "INFO",
+            "wake-up subscription restored; relays poll once for the signals missed",
+        );
+        assert_eq!(restored.len(), 1, "{restored:?}");
+        assert!(restored[0].contains("failures=3"), "{}", restored[0]);
+        assert!(logs.lines("DEBUG", "wake-up subscribed").is_empty());
+        // Exactly one: the next signal is the broker's own.
+        fake.send(br#"["next"]"#);
+        assert_eq!(
+            &*recv(&mut sub).await.unwrap().unwrap(),
+            ["next".to_owned()]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_attempt_that_succeeds_is_no_restoration() {
+        let (logs, _guard) = Logs::capture();
+        let fake = Fake::new(0, false);
+        let listener = Listener::default();
+        let mut sub = listener.subscribe(&source(&fake), WAIT).await;
+        fake.send(br#"["first"]"#);
+        assert_eq!(
+            &*recv(&mut sub).await.unwrap().unwrap(),
+            ["first".to_owned()]
+        );
+        assert!(logs.lines("INFO", "restored").is_empty());
+        assert_eq!(logs.lines("DEBUG", "wake-up subscribed").len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
