@@ -12,6 +12,7 @@ pub mod inbox;
 pub mod journal;
 pub mod message;
 pub mod outbox;
+pub mod redact;
 pub mod relay;
 pub mod table;
 pub mod topic;
