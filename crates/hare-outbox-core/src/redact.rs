@@ -101,7 +101,21 @@ fn redact_one(text: &str, kind: UrlKind) -> String {
     let Ok(url) = parsed else {
         return format!("{lead}{}", unparsable(trimmed));
     };
+    // `http://host` parses with the path `/`; a connection URL is shown as it was written.
+    let added_slash = kind == UrlKind::Connection
+        && url.path() == "/"
+        && !trimmed
+            .split_once("://")
+            .map_or(trimmed, |(_, rest)| rest)
+            .contains('/');
     let shown = match kind {
+        UrlKind::Connection if added_slash => {
+            let shown = connection(url);
+            match shown.split_once("://") {
+                Some((scheme, rest)) => format!("{scheme}://{}", rest.replacen('/', "", 1)),
+                None => shown,
+            }
+        }
         UrlKind::Connection => connection(url),
         UrlKind::Endpoint => endpoint(&url),
         UrlKind::PublicEndpoint => public_endpoint(url),
@@ -341,6 +355,8 @@ mod tests {
         assert_eq!(c("u:hunter2@h:4222"), "u:***@h:4222");
         assert_eq!(c("127.0.0.1:4222"), "127.0.0.1:4222");
         assert_eq!(c("not a url"), "not a url");
+        assert_eq!(c("http://host:1883"), "http://host:1883");
+        assert_eq!(c("http://u:pw@host:1883?a=1"), "http://u:***@host:1883?a=1");
         assert_eq!(
             c("mqtt://u:pw@host:1883?client_id=a"),
             "mqtt://u:***@host:1883?client_id=a"
