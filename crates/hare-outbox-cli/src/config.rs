@@ -242,10 +242,10 @@ pub fn resolve(
     let mut warnings = Vec::new();
 
     if let Some(url) = file.database_url.as_deref()
-        && redact_url(url) != url
+        && let Some(secret) = hare_outbox::redact::secret_in_url(url)
     {
         return Err(usage(format!(
-            "database_url = {:?}{in_file} carries a password, and secrets are not read from the config file; give the URL in the environment variable HARE_OUTBOX_DATABASE_URL instead (or use a password file the driver reads, e.g. PostgreSQL's ~/.pgpass)",
+            "database_url = {:?}{in_file} carries {secret}, and secrets are not read from the config file (passfile included); give the URL in the environment variable HARE_OUTBOX_DATABASE_URL instead (or let the driver find the password file itself: ~/.pgpass or PGPASSFILE)",
             redact_url(url)
         )));
     }
@@ -396,6 +396,19 @@ pub(crate) fn seconds(key: &str, value: f64, zero_ok: bool) -> anyhow::Result<Du
     })
 }
 
+/// `value` seconds as a duration of at least `min`, or a usage error naming `key`, the value and
+/// the range.
+fn seconds_at_least(key: &str, value: f64, min: Duration) -> anyhow::Result<Duration> {
+    let duration = seconds(key, value, false)?;
+    if duration < min {
+        return Err(usage(format!(
+            "{key} = {value} is out of range; allowed {} or more (seconds)",
+            min.as_secs_f64()
+        )));
+    }
+    Ok(duration)
+}
+
 fn count<T: TryFrom<i64>>(key: &str, value: i64, allowed: &str) -> anyhow::Result<T> {
     T::try_from(value).map_err(|_| usage(format!("{key} = {value} is not allowed; use {allowed}")))
 }
@@ -410,7 +423,11 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
         config = config.with_name(name.clone());
     }
     if let Some(v) = section.poll_interval_seconds {
-        config = config.with_poll_interval(seconds("poll_interval_seconds", v, false)?);
+        config = config.with_poll_interval(seconds_at_least(
+            "poll_interval_seconds",
+            v,
+            hare_outbox::MIN_POLL_INTERVAL,
+        )?);
     }
     if let Some(v) = section.batch_size {
         config = config.with_batch_size(count("batch_size", v, "1 to 10000")?);
@@ -428,15 +445,33 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
         config = config.with_retry_max(seconds("retry_max_seconds", v, true)?);
     }
     if let Some(v) = section.lease_seconds {
-        config = config.with_lease(seconds("lease_seconds", v, false)?);
+        config = config.with_lease(seconds_at_least(
+            "lease_seconds",
+            v,
+            hare_outbox::MIN_LEASE,
+        )?);
     }
     if let Some(v) = section.delivery_timeout_seconds {
-        config = config.with_delivery_timeout(seconds("delivery_timeout_seconds", v, false)?);
+        config = config.with_delivery_timeout(seconds_at_least(
+            "delivery_timeout_seconds",
+            v,
+            hare_outbox::MIN_DELIVERY_TIMEOUT,
+        )?);
     }
     if let Some(v) = section.concurrency {
-        config = config.with_concurrency(count("concurrency", v, "1 or more")?);
+        if !(1..=10_000).contains(&v) {
+            return Err(usage(format!(
+                "concurrency = {v} is out of range; allowed 1 to 10000"
+            )));
+        }
+        config = config.with_concurrency(count("concurrency", v, "1 to 10000")?);
     }
     if let Some(topics) = &section.topics {
+        if topics.is_empty() {
+            return Err(usage(
+                "[relay] topics = [] would deliver nothing; omit the topics key to take every topic",
+            ));
+        }
         config = config.with_topics(topics.iter().cloned());
     }
     if let Some(topics) = &section.exclude_topics {
@@ -450,6 +485,18 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
     }
     if let Some(column) = &section.result_column {
         config = config.with_result_column(column.clone());
+    }
+    if config.delivery_timeout >= config.lease {
+        return Err(usage(format!(
+            "delivery_timeout_seconds = {} must be below lease_seconds = {}{}: a lease that expires mid-delivery lets another relay deliver the event again",
+            config.delivery_timeout.as_secs_f64(),
+            config.lease.as_secs_f64(),
+            if section.lease_seconds.is_none() {
+                " (the default)"
+            } else {
+                ""
+            }
+        )));
     }
     config.validate()?;
     Ok(config)
@@ -811,6 +858,122 @@ mod tests {
         let e =
             error_text("[delivery]\nkind = \"webhook\"\nurl = \"http://x/\"\nsecret = \"oops\"");
         assert!(e.contains("secret_env") && !e.contains("oops"), "{e}");
+    }
+
+    #[test]
+    fn absurd_relay_values_are_refused_with_key_value_and_range() {
+        let cases = [
+            (
+                "poll_interval_seconds = 0.000001",
+                "poll_interval_seconds = 0.000001 is out of range; allowed 0.01 or more (seconds)",
+            ),
+            ("topics = []", "omit the topics key to take every topic"),
+            (
+                "concurrency = 1000000",
+                "concurrency = 1000000 is out of range; allowed 1 to 10000",
+            ),
+            (
+                "concurrency = 0",
+                "concurrency = 0 is out of range; allowed 1 to 10000",
+            ),
+            (
+                "lease_seconds = 0.001\ndelivery_timeout_seconds = 0.0005",
+                "lease_seconds = 0.001 is out of range; allowed 1 or more (seconds)",
+            ),
+            (
+                "delivery_timeout_seconds = 0.0005",
+                "delivery_timeout_seconds = 0.0005 is out of range; allowed 0.01 or more (seconds)",
+            ),
+            (
+                "lease_seconds = 5\ndelivery_timeout_seconds = 5",
+                "delivery_timeout_seconds = 5 must be below lease_seconds = 5",
+            ),
+            (
+                "delivery_timeout_seconds = 90",
+                "must be below lease_seconds = 60 (the default)",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = resolve_text(&format!("[relay]\n{text}"), &no_env).unwrap_err();
+            assert_eq!(
+                crate::error::exit_code(&error),
+                crate::error::EXIT_USAGE,
+                "{text}"
+            );
+            let message = error_text(&format!("[relay]\n{text}"));
+            assert!(message.contains(expected), "{text}: {message}");
+        }
+        resolve_text(
+            "[relay]\npoll_interval_seconds = 0.01\nlease_seconds = 1\ndelivery_timeout_seconds = 0.01\nconcurrency = 10000",
+            &no_env,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn secrets_in_the_database_url_are_refused_naming_the_parameter() {
+        for (url, named) in [
+            (
+                "postgres://db/erp?password=Hunter2x",
+                "the parameter password",
+            ),
+            (
+                "postgres://db/erp?sslmode=require&sslpassword=Hunter2x",
+                "the parameter sslpassword",
+            ),
+            (
+                "postgres://db/erp?passfile=/run/Hunter2x",
+                "the parameter passfile",
+            ),
+            (
+                "postgres://app:Hunter2x@db/erp",
+                "a password in the user info",
+            ),
+        ] {
+            let text = format!("database_url = \"{url}\"");
+            let error = resolve_text(&text, &no_env).unwrap_err();
+            assert_eq!(
+                crate::error::exit_code(&error),
+                crate::error::EXIT_USAGE,
+                "{url}"
+            );
+            let message = error_text(&text);
+            assert!(message.contains(named), "{message}");
+            assert!(message.contains("HARE_OUTBOX_DATABASE_URL"), "{message}");
+            assert!(!message.contains("Hunter2x"), "{message}");
+        }
+        resolve_text(
+            "database_url = \"postgres://app@db/erp?sslmode=require&sslkey=/k\"",
+            &no_env,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_webhook_url_with_a_secret_in_the_file_is_refused() {
+        let text = "[delivery]\nkind = \"webhook\"\nurl = \"https://h/in?token=x\"";
+        let message = error_text(text);
+        assert!(
+            message.contains("carries a secret (the parameter token)")
+                && message.contains("url_env")
+                && message.contains("url_file"),
+            "{message}"
+        );
+        let settings = resolve_text(
+            "[delivery]\nkind = \"webhook\"\nurl = \"https://h.example/hook/T000?x=1\"\nurl_public = true\nheaders = { authorization = \"Bearer Tok3nValue\", x-api-key = \"K3yValue\", accept = \"text/plain\" }",
+            &no_env,
+        )
+        .unwrap();
+        let shown = format!("{:?}", settings.delivery);
+        assert!(
+            shown.contains("https://h.example/hook/T000?x=***"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("Tok3nValue") && !shown.contains("K3yValue"),
+            "{shown}"
+        );
+        assert!(shown.contains("text/plain"), "{shown}");
     }
 
     #[test]

@@ -29,7 +29,10 @@ pub use inbox::Inbox;
 pub use journal::{EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
 pub use outbox::{Outbox, OutboxTransaction};
-pub use relay::{OutboxRelay, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats};
+pub use relay::{
+    CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay,
+    PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats,
+};
 pub use table::{IdempotencyScope, OutboxTable};
 pub use topic::{TopicFilter, TopicPattern};
 pub use wakeup::{InProcessWakeup, Wakeup, WakeupSubscription};

@@ -89,7 +89,7 @@ pub fn redact_url(url: &str, kind: UrlKind) -> String {
 fn redact_one(text: &str, kind: UrlKind) -> String {
     let trimmed = text.trim_start();
     let lead = &text[..text.len() - trimmed.len()];
-    if trimmed.to_ascii_lowercase().starts_with("sqlite:") && !trimmed.contains('@') {
+    if trimmed.to_ascii_lowercase().starts_with("sqlite:") {
         return text.to_owned();
     }
     let has_scheme = trimmed.contains("://");
@@ -216,6 +216,49 @@ fn form_urlencoded_decode(text: &str) -> String {
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default()
+}
+
+/// Query parameters whose name looks secret but which name a file, not a secret.
+const NOT_SECRET_PARAMETERS: &[&str] = &["sslkey", "sslcert", "sslrootcert", "sslcrl"];
+
+/// What in `url` is a secret, for refusing it where secrets must not be written (a config
+/// file): `"a password in the user info"`, `"a token in the user info"` (NATS-style schemes),
+/// or `"the parameter NAME"` for a query parameter whose name looks secret (`password`,
+/// `sslpassword`, `passfile`, `token`, `api_key`, …; not the file names `sslkey`, `sslcert`,
+/// `sslrootcert`, `sslcrl`). Never the value itself. `None` when nothing looks secret (a token
+/// in a path cannot be told apart from a plain path).
+pub fn secret_in_url(url: &str) -> Option<String> {
+    for one in url.split(',') {
+        let one = one.trim();
+        if one.to_ascii_lowercase().starts_with("sqlite:") {
+            continue;
+        }
+        let parsed = if one.contains("://") {
+            Url::parse(one)
+        } else {
+            Url::parse(&format!("authority://{one}"))
+        };
+        let Ok(parsed) = parsed else {
+            // Not parsable: a password cannot be ruled out when userinfo seems present.
+            if one.contains('@') {
+                return Some("what looks like user info (`…@`)".to_owned());
+            }
+            continue;
+        };
+        if parsed.password().is_some() {
+            return Some("a password in the user info".to_owned());
+        }
+        if !parsed.username().is_empty() && TOKEN_USER_SCHEMES.contains(&parsed.scheme()) {
+            return Some("a token in the user info".to_owned());
+        }
+        for (name, _) in parsed.query_pairs() {
+            let lower = name.to_ascii_lowercase();
+            if is_secret_name(&name) && !NOT_SECRET_PARAMETERS.contains(&lower.as_str()) {
+                return Some(format!("the parameter {name}"));
+            }
+        }
+    }
+    None
 }
 
 static URL_IN_TEXT: LazyLock<Regex> = LazyLock::new(|| {
@@ -412,6 +455,33 @@ mod tests {
             ),
             "bad option password = ***, sslpassword=***"
         );
+    }
+
+    #[test]
+    fn secrets_in_urls_are_named_without_their_value() {
+        let found = |u: &str| secret_in_url(u);
+        assert_eq!(
+            found("postgres://app:pw@db/erp").as_deref(),
+            Some("a password in the user info")
+        );
+        for name in ["password", "sslpassword", "passfile"] {
+            let got = found(&format!("postgres://db/erp?sslmode=require&{name}=hunter2"));
+            assert_eq!(got, Some(format!("the parameter {name}")));
+        }
+        assert_eq!(
+            found("https://h/in?token=x").as_deref(),
+            Some("the parameter token")
+        );
+        assert_eq!(
+            found("nats://tok@h:4222").as_deref(),
+            Some("a token in the user info")
+        );
+        assert_eq!(
+            found("postgres://app@db/erp?sslkey=/k&sslmode=verify-full"),
+            None
+        );
+        assert_eq!(found("sqlite:a@b.db"), None);
+        assert_eq!(found("https://h/in/T000"), None);
     }
 
     #[test]

@@ -13,7 +13,10 @@ use chrono::{DateTime, Utc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{BATCH_SIZE_RANGE, RelayConfig, default_name};
+pub use config::{
+    BATCH_SIZE_RANGE, CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
+    RelayConfig, default_name,
+};
 pub use observe::{RelayEvent, RelayObserver, RelayStats};
 pub use retry::{random_jitter, retry_delay};
 
