@@ -1008,7 +1008,9 @@ mod tests {
                 .rev()
                 .filter(|i| raw.is_char_boundary(*i))
                 .map(|i| raw[..i].trim())
-                .find(|v| !v.is_empty() && toml::from_str::<toml::Table>(&format!("v = {v}")).is_ok());
+                .find(|v| {
+                    !v.is_empty() && toml::from_str::<toml::Table>(&format!("v = {v}")).is_ok()
+                });
             if let Some(value) = value {
                 keys.push((header.clone(), c[1].to_owned(), value.to_owned()));
             }
@@ -1059,7 +1061,8 @@ mod tests {
         // The README writes `[section] key`; help texts `[config: [section] key / key]`.
         let in_readme = regex::Regex::new(r"`\[([a-z_]+)\] ([a-z_]+)`").unwrap();
         let in_help =
-            regex::Regex::new(r"\[(?:config|default): \[([a-z_]+)\] ([a-z_]+(?: / [a-z_]+)*)").unwrap();
+            regex::Regex::new(r"\[(?:config|default): \[([a-z_]+)\] ([a-z_]+(?: / [a-z_]+)*)")
+                .unwrap();
         let mut from_help = 0;
         for (n, text) in texts.iter().enumerate() {
             let named = if n == 0 { &in_readme } else { &in_help };
@@ -1073,8 +1076,15 @@ mod tests {
                 }
             }
         }
-        assert!(checked > 100 && from_help >= 6, "{checked} keys, {from_help} from help texts");
-        assert!(failures.is_empty(), "keys the config file refuses:\n{}", failures.join("\n"));
+        assert!(
+            checked > 100 && from_help >= 6,
+            "{checked} keys, {from_help} from help texts"
+        );
+        assert!(
+            failures.is_empty(),
+            "keys the config file refuses:\n{}",
+            failures.join("\n")
+        );
     }
 
     #[test]

@@ -262,8 +262,9 @@ pub fn secret_in_url(url: &str) -> Option<String> {
 }
 
 static URL_IN_TEXT: LazyLock<Regex> = LazyLock::new(|| {
-    // A scheme, `://`, and everything up to white space or a quote.
-    Regex::new(r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s"'<>`]+"#).unwrap_or_else(|_| unreachable!())
+    // A scheme, `://`, and everything up to white space, a quote or `…` (which ends an
+    // already redacted URL).
+    Regex::new(r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s"'<>`…]+"#).unwrap_or_else(|_| unreachable!())
 });
 
 static SECRET_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
@@ -434,6 +435,12 @@ mod tests {
 
     #[test]
     fn urls_inside_messages_are_redacted() {
+        let shown = "webhook http://127.0.0.1:8080/… answered 503";
+        assert_eq!(
+            in_text(shown, UrlKind::Connection),
+            shown,
+            "redacted stays as it is"
+        );
         assert_eq!(
             in_text(
                 "connecting to postgres://app:pw@127.0.0.1:1/erp?sslpassword=abc failed.",
