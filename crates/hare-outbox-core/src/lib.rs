@@ -23,7 +23,9 @@ pub use backend::Backlog;
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{Delivery, DeliveryReport, FnDelivery, JsonLinesDelivery, TopicRouter};
 pub use error::{BoxError, DeliveryError, Error, Result};
-pub use event::{EVENT_ID_HEADER, EventStatus, OutboxEvent, TOPIC_HEADER};
+pub use event::{
+    EVENT_ID_HEADER, EventStatus, MAX_KEY_CHARS, OutboxEvent, StoredRow, TOPIC_HEADER,
+};
 pub use extra::{ColumnType, ExtraColumn, ExtraValue};
 pub use inbox::Inbox;
 pub use journal::{EventPage, EventQuery, Journal};
