@@ -154,7 +154,7 @@ fn connection(mut url: Url) -> String {
         let _ = url.set_username(HIDDEN);
     }
     if let Some(query) = url.query() {
-        let hidden = hide_query(query, |name| is_secret_name(name));
+        let hidden = hide_query(query, is_secret_name);
         url.set_query(Some(&hidden));
     }
     url.set_fragment(None);

@@ -11,6 +11,15 @@
 //! dead-letters them. With [`RelayConfig::result_column`](hare_outbox_core::RelayConfig) set, the
 //! relay stores each attempt's [`WebhookResult`] in that column.
 //!
+//! What is shown never carries the URL's secrets: messages, `last_error`, the
+//! [`WebhookResult`] and `Debug` give only the scheme, host and port
+//! (`webhook https://billing.example.com/… answered 503 Service Unavailable`), a redirect's
+//! `Location` likewise, and the stored answer body has every path segment and query value of 4
+//! or more characters of the URL cut out (`***`), since webhook URLs often carry their token in
+//! the path or query. [`WebhookDeliveryBuilder::with_public_url`] shows the path (the password
+//! and query values stay hidden). Values of credential headers (`authorization`, `*-token`,
+//! `*-key`, …) are `***` in `Debug`. See [`hare_outbox_core::redact`].
+//!
 //! Receivers check the signature with [`verify_signature`] and drop duplicates by
 //! `hare-outbox-event-id` (delivery is at least once).
 //!
