@@ -227,7 +227,7 @@ pub struct RetryArgs {
 #[derive(Debug, Args)]
 pub struct CleanupArgs {
     /// Delete events finished more than this long ago: a duration (7d, 12h, 30m) or seconds
-    /// [config: [cleanup] published_older_than_seconds / dead_lettered_older_than_seconds]
+    /// [config: [cleanup] published_older_than_days / dead_lettered_older_than_days]
     #[arg(long, value_name = "DURATION", value_parser = crate::journal::parse_age)]
     pub older_than: Option<std::time::Duration>,
 

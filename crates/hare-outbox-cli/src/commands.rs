@@ -34,6 +34,67 @@ macro_rules! with_backend {
     };
 }
 
+/// The log target of the PostgreSQL driver's URL parser, whose only message
+/// ("ignoring unrecognized connect parameter") prints the parameter's value — a secret for
+/// `sslpassword=…`. Its events are dropped at every level; [`warn_unknown_parameters`] says
+/// the same without values.
+const DRIVER_URL_PARSER: &str = "sqlx_postgres::options::parse";
+
+/// Whether log events of `target` are dropped (see [`DRIVER_URL_PARSER`]).
+pub fn is_silenced_driver_log(target: &str) -> bool {
+    target == DRIVER_URL_PARSER
+}
+
+/// The query parameters the PostgreSQL driver reads from a URL; any other is ignored by it.
+const DRIVER_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The parameters of a PostgreSQL `url` the driver ignores, by name only.
+pub fn unknown_parameters(url: &str) -> Vec<String> {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return Vec::new();
+    };
+    parsed
+        .query_pairs()
+        .map(|(name, _)| name.into_owned())
+        .filter(|name| !DRIVER_PARAMETERS.contains(&name.as_str()) && !name.starts_with("options["))
+        .collect()
+}
+
+/// Logs a warning naming (never with values) the parameters of `url` the driver ignores.
+fn warn_unknown_parameters(url: &str) {
+    let unknown = unknown_parameters(url);
+    if !unknown.is_empty() {
+        tracing::warn!(
+            parameters = %unknown.join(", "),
+            "the database URL has parameters the PostgreSQL driver ignores (values not shown)"
+        );
+    }
+}
+
+/// `text` with URLs and secret assignments in it redacted.
+fn in_text(text: &str) -> String {
+    hare_outbox::redact::in_text(text, hare_outbox::redact::UrlKind::Connection)
+}
+
 impl Db {
     /// Connects to `database`.
     ///
@@ -43,8 +104,14 @@ impl Db {
         let shown = redact_url(&database.url);
         match database.kind {
             DbKind::Postgres => {
-                let options = sqlx::postgres::PgConnectOptions::from_str(&database.url)
-                    .map_err(|e| usage(format!("database URL {shown} is not valid: {e}")))?;
+                warn_unknown_parameters(&database.url);
+                let options =
+                    sqlx::postgres::PgConnectOptions::from_str(&database.url).map_err(|e| {
+                        usage(format!(
+                            "database URL {shown} is not valid: {}",
+                            in_text(&e.to_string())
+                        ))
+                    })?;
                 // One plain connection first: a pool reports only "timed out", this says why.
                 let first = tokio::time::timeout(
                     CONNECT_TIMEOUT,
@@ -88,16 +155,16 @@ impl Db {
         let shown = redact_url(&database.url);
         Ok(match database.kind {
             DbKind::Postgres => Db::Postgres(
-                PgBackend::new(
-                    sqlx::PgPool::connect_lazy(&database.url)
-                        .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
-                )
+                PgBackend::new(sqlx::PgPool::connect_lazy(&database.url).map_err(|e| {
+                    usage(format!("database URL {shown}: {}", in_text(&e.to_string())))
+                })?)
                 .with_transaction_pooler(database.transaction_pooler)
                 .with_synchronous_relay_commits(database.synchronous_relay_commits),
             ),
             DbKind::Sqlite => Db::Sqlite(SqliteBackend::new(
-                sqlx::SqlitePool::connect_lazy(&database.url)
-                    .map_err(|e| usage(format!("database URL {shown}: {e}")))?,
+                sqlx::SqlitePool::connect_lazy(&database.url).map_err(|e| {
+                    usage(format!("database URL {shown}: {}", in_text(&e.to_string())))
+                })?,
             )),
         })
     }

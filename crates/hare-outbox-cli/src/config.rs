@@ -248,10 +248,10 @@ pub fn resolve(
     let mut warnings = Vec::new();
 
     if let Some(url) = file.database_url.as_deref()
-        && redact_url(url) != url
+        && let Some(secret) = hare_outbox::redact::secret_in_url(url)
     {
         return Err(usage(format!(
-            "database_url = {:?}{in_file} carries a password, and secrets are not read from the config file; give the URL in the environment variable HARE_OUTBOX_DATABASE_URL instead (or use a password file the driver reads, e.g. PostgreSQL's ~/.pgpass)",
+            "database_url = {:?}{in_file} carries {secret}, and secrets are not read from the config file (passfile included); give the URL in the environment variable HARE_OUTBOX_DATABASE_URL instead (or let the driver find the password file itself: ~/.pgpass or PGPASSFILE)",
             redact_url(url)
         )));
     }
@@ -403,6 +403,19 @@ pub(crate) fn seconds(key: &str, value: f64, zero_ok: bool) -> anyhow::Result<Du
     })
 }
 
+/// `value` seconds as a duration of at least `min`, or a usage error naming `key`, the value and
+/// the range.
+fn seconds_at_least(key: &str, value: f64, min: Duration) -> anyhow::Result<Duration> {
+    let duration = seconds(key, value, false)?;
+    if duration < min {
+        return Err(usage(format!(
+            "{key} = {value} is out of range; allowed {} or more (seconds)",
+            min.as_secs_f64()
+        )));
+    }
+    Ok(duration)
+}
+
 fn count<T: TryFrom<i64>>(key: &str, value: i64, allowed: &str) -> anyhow::Result<T> {
     T::try_from(value).map_err(|_| usage(format!("{key} = {value} is not allowed; use {allowed}")))
 }
@@ -417,7 +430,11 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
         config = config.with_name(name.clone());
     }
     if let Some(v) = section.poll_interval_seconds {
-        config = config.with_poll_interval(seconds("poll_interval_seconds", v, false)?);
+        config = config.with_poll_interval(seconds_at_least(
+            "poll_interval_seconds",
+            v,
+            hare_outbox::MIN_POLL_INTERVAL,
+        )?);
     }
     if let Some(v) = section.batch_size {
         config = config.with_batch_size(count("batch_size", v, "1 to 10000")?);
@@ -435,15 +452,33 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
         config = config.with_retry_max(seconds("retry_max_seconds", v, true)?);
     }
     if let Some(v) = section.lease_seconds {
-        config = config.with_lease(seconds("lease_seconds", v, false)?);
+        config = config.with_lease(seconds_at_least(
+            "lease_seconds",
+            v,
+            hare_outbox::MIN_LEASE,
+        )?);
     }
     if let Some(v) = section.delivery_timeout_seconds {
-        config = config.with_delivery_timeout(seconds("delivery_timeout_seconds", v, false)?);
+        config = config.with_delivery_timeout(seconds_at_least(
+            "delivery_timeout_seconds",
+            v,
+            hare_outbox::MIN_DELIVERY_TIMEOUT,
+        )?);
     }
     if let Some(v) = section.concurrency {
-        config = config.with_concurrency(count("concurrency", v, "1 or more")?);
+        if !(1..=10_000).contains(&v) {
+            return Err(usage(format!(
+                "concurrency = {v} is out of range; allowed 1 to 10000"
+            )));
+        }
+        config = config.with_concurrency(count("concurrency", v, "1 to 10000")?);
     }
     if let Some(topics) = &section.topics {
+        if topics.is_empty() {
+            return Err(usage(
+                "[relay] topics = [] would deliver nothing; omit the topics key to take every topic",
+            ));
+        }
         config = config.with_topics(topics.iter().cloned());
     }
     if let Some(topics) = &section.exclude_topics {
@@ -457,6 +492,18 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
     }
     if let Some(column) = &section.result_column {
         config = config.with_result_column(column.clone());
+    }
+    if config.delivery_timeout >= config.lease {
+        return Err(usage(format!(
+            "delivery_timeout_seconds = {} must be below lease_seconds = {}{}: a lease that expires mid-delivery lets another relay deliver the event again",
+            config.delivery_timeout.as_secs_f64(),
+            config.lease.as_secs_f64(),
+            if section.lease_seconds.is_none() {
+                " (the default)"
+            } else {
+                ""
+            }
+        )));
     }
     config.validate()?;
     Ok(config)
@@ -826,6 +873,233 @@ mod tests {
         let e =
             error_text("[delivery]\nkind = \"webhook\"\nurl = \"http://x/\"\nsecret = \"oops\"");
         assert!(e.contains("secret_env") && !e.contains("oops"), "{e}");
+    }
+
+    #[test]
+    fn absurd_relay_values_are_refused_with_key_value_and_range() {
+        let cases = [
+            (
+                "poll_interval_seconds = 0.000001",
+                "poll_interval_seconds = 0.000001 is out of range; allowed 0.01 or more (seconds)",
+            ),
+            ("topics = []", "omit the topics key to take every topic"),
+            (
+                "concurrency = 1000000",
+                "concurrency = 1000000 is out of range; allowed 1 to 10000",
+            ),
+            (
+                "concurrency = 0",
+                "concurrency = 0 is out of range; allowed 1 to 10000",
+            ),
+            (
+                "lease_seconds = 0.001\ndelivery_timeout_seconds = 0.0005",
+                "lease_seconds = 0.001 is out of range; allowed 1 or more (seconds)",
+            ),
+            (
+                "delivery_timeout_seconds = 0.0005",
+                "delivery_timeout_seconds = 0.0005 is out of range; allowed 0.01 or more (seconds)",
+            ),
+            (
+                "lease_seconds = 5\ndelivery_timeout_seconds = 5",
+                "delivery_timeout_seconds = 5 must be below lease_seconds = 5",
+            ),
+            (
+                "delivery_timeout_seconds = 90",
+                "must be below lease_seconds = 60 (the default)",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = resolve_text(&format!("[relay]\n{text}"), &no_env).unwrap_err();
+            assert_eq!(
+                crate::error::exit_code(&error),
+                crate::error::EXIT_USAGE,
+                "{text}"
+            );
+            let message = error_text(&format!("[relay]\n{text}"));
+            assert!(message.contains(expected), "{text}: {message}");
+        }
+        resolve_text(
+            "[relay]\npoll_interval_seconds = 0.01\nlease_seconds = 1\ndelivery_timeout_seconds = 0.01\nconcurrency = 10000",
+            &no_env,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn secrets_in_the_database_url_are_refused_naming_the_parameter() {
+        for (url, named) in [
+            (
+                "postgres://db/erp?password=Hunter2x",
+                "the parameter password",
+            ),
+            (
+                "postgres://db/erp?sslmode=require&sslpassword=Hunter2x",
+                "the parameter sslpassword",
+            ),
+            (
+                "postgres://db/erp?passfile=/run/Hunter2x",
+                "the parameter passfile",
+            ),
+            (
+                "postgres://app:Hunter2x@db/erp",
+                "a password in the user info",
+            ),
+        ] {
+            let text = format!("database_url = \"{url}\"");
+            let error = resolve_text(&text, &no_env).unwrap_err();
+            assert_eq!(
+                crate::error::exit_code(&error),
+                crate::error::EXIT_USAGE,
+                "{url}"
+            );
+            let message = error_text(&text);
+            assert!(message.contains(named), "{message}");
+            assert!(message.contains("HARE_OUTBOX_DATABASE_URL"), "{message}");
+            assert!(!message.contains("Hunter2x"), "{message}");
+        }
+        resolve_text(
+            "database_url = \"postgres://app@db/erp?sslmode=require&sslkey=/k\"",
+            &no_env,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_webhook_url_with_a_secret_in_the_file_is_refused() {
+        let text = "[delivery]\nkind = \"webhook\"\nurl = \"https://h/in?token=x\"";
+        let message = error_text(text);
+        assert!(
+            message.contains("carries a secret (the parameter token)")
+                && message.contains("url_env")
+                && message.contains("url_file"),
+            "{message}"
+        );
+        let settings = resolve_text(
+            "[delivery]\nkind = \"webhook\"\nurl = \"https://h.example/hook/T000?x=1\"\nurl_public = true\nheaders = { authorization = \"Bearer Tok3nValue\", x-api-key = \"K3yValue\", accept = \"text/plain\" }",
+            &no_env,
+        )
+        .unwrap();
+        let shown = format!("{:?}", settings.delivery);
+        assert!(
+            shown.contains("https://h.example/hook/T000?x=***"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("Tok3nValue") && !shown.contains("K3yValue"),
+            "{shown}"
+        );
+        assert!(shown.contains("text/plain"), "{shown}");
+    }
+
+    /// Whether `key = value` under `header` (`""` for the top level) is a key the file accepts:
+    /// parsing may fail on the value, but never with "unknown field".
+    fn key_is_accepted(header: &str, key: &str, value: &str) -> Result<(), String> {
+        let text = format!("{header}\n{key} = {value}\n");
+        match parse(&text) {
+            Err(e) if e.to_string().contains("unknown field") => Err(format!("{text}: {e}")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every `key = value` line of `text` (TOML, keys commented out with `#` included) with the
+    /// section it is under (headers commented out included). Prose lines whose right-hand side
+    /// is not a TOML value are skipped.
+    fn keys_in_toml(text: &str) -> Vec<(String, String, String)> {
+        let header_re = regex::Regex::new(r"^#?\s*(\[\[?[a-z_.]+\]\]?)\s*(#.*)?$").unwrap();
+        let key_re = regex::Regex::new(r"^#?\s*([a-z_]+)\s*=\s*(.+)$").unwrap();
+        let mut header = String::new();
+        let mut keys = Vec::new();
+        for line in text.lines() {
+            if let Some(c) = header_re.captures(line) {
+                header = c[1].to_owned();
+                continue;
+            }
+            let Some(c) = key_re.captures(line) else {
+                continue;
+            };
+            // The value without a trailing comment, if it parses as a TOML value.
+            let raw = c[2].trim();
+            let value = (0..=raw.len())
+                .rev()
+                .filter(|i| raw.is_char_boundary(*i))
+                .map(|i| raw[..i].trim())
+                .find(|v| {
+                    !v.is_empty() && toml::from_str::<toml::Table>(&format!("v = {v}")).is_ok()
+                });
+            if let Some(value) = value {
+                keys.push((header.clone(), c[1].to_owned(), value.to_owned()));
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn every_key_named_in_the_example_the_readme_and_the_help_is_accepted() {
+        use clap::CommandFactory as _;
+        let mut failures = Vec::new();
+        let mut checked = 0;
+        let example = include_str!("../../../hare-outbox.example.toml");
+        let readme = include_str!("../../../README.md");
+        let mut blocks = vec![example.to_owned()];
+        let mut rest = readme;
+        while let Some(start) = rest.find("```toml\n") {
+            let body = &rest[start + 8..];
+            let end = body.find("```").unwrap_or(body.len());
+            // Blocks of a Cargo.toml are not config files.
+            if !body[..end].contains("[dependencies]") {
+                blocks.push(body[..end].to_owned());
+            }
+            rest = &body[end..];
+        }
+        for block in &blocks {
+            for (header, key, value) in keys_in_toml(block) {
+                // `[delivery.headers]` and `properties` tables take any name.
+                if header.ends_with(".headers]") {
+                    continue;
+                }
+                checked += 1;
+                if let Err(e) = key_is_accepted(&header, &key, &value) {
+                    failures.push(e);
+                }
+            }
+        }
+        // `[section] key` in the README's prose and in every help text.
+        let mut texts = vec![readme.to_owned()];
+        fn helps(command: &mut clap::Command, out: &mut Vec<String>) {
+            out.push(command.render_long_help().to_string());
+            for sub in command.get_subcommands_mut() {
+                helps(sub, out);
+            }
+        }
+        let mut command = crate::cli::Cli::command();
+        helps(&mut command, &mut texts);
+        // The README writes `[section] key`; help texts `[config: [section] key / key]`.
+        let in_readme = regex::Regex::new(r"`\[([a-z_]+)\] ([a-z_]+)`").unwrap();
+        let in_help =
+            regex::Regex::new(r"\[(?:config|default): \[([a-z_]+)\] ([a-z_]+(?: / [a-z_]+)*)")
+                .unwrap();
+        let mut from_help = 0;
+        for (n, text) in texts.iter().enumerate() {
+            let named = if n == 0 { &in_readme } else { &in_help };
+            for c in named.captures_iter(text) {
+                for key in c[2].split(" / ") {
+                    checked += 1;
+                    from_help += usize::from(n > 0);
+                    if let Err(e) = key_is_accepted(&format!("[{}]", &c[1]), key, "0") {
+                        failures.push(e);
+                    }
+                }
+            }
+        }
+        assert!(
+            checked > 100 && from_help >= 6,
+            "{checked} keys, {from_help} from help texts"
+        );
+        assert!(
+            failures.is_empty(),
+            "keys the config file refuses:\n{}",
+            failures.join("\n")
+        );
     }
 
     #[test]

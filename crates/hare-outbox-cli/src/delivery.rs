@@ -49,6 +49,10 @@ pub struct DeliverySection {
     pub timeout_seconds: Option<f64>,
     /// Webhook: extra headers sent with every request.
     pub headers: Option<BTreeMap<String, String>>,
+    /// Webhook: `true` shows the URL's path in logs, `last_error`, result records and the
+    /// dashboard (the userinfo password and query values stay hidden); by default only the
+    /// scheme, host and port are shown.
+    pub url_public: Option<bool>,
     /// Webhook: the header carrying the HMAC-SHA256 signature.
     pub signature_header: Option<String>,
     /// Webhook: the environment variable holding the signing secret.
@@ -150,6 +154,7 @@ impl DeliveryKind {
                 "signature_header",
                 "secret_env",
                 "secret_file",
+                "url_public",
             ],
             DeliveryKind::Kafka => &[
                 "bootstrap_servers",
@@ -217,6 +222,7 @@ impl DeliverySection {
             ("url_file", self.url_file.is_some()),
             ("timeout_seconds", self.timeout_seconds.is_some()),
             ("headers", self.headers.is_some()),
+            ("url_public", self.url_public.is_some()),
             ("signature_header", self.signature_header.is_some()),
             ("secret_env", self.secret_env.is_some()),
             ("secret_file", self.secret_file.is_some()),
@@ -316,14 +322,37 @@ pub struct WebhookSettings {
     pub secret: Option<Vec<u8>>,
     /// Where the secret came from, for the start-up log.
     pub secret_source: Option<String>,
+    /// Whether the URL may be shown with its path (`url_public`).
+    pub url_public: bool,
+}
+
+impl WebhookSettings {
+    /// The URL as logs and messages show it: scheme, host and port, or with `url_public` the
+    /// path too (password and query values hidden).
+    pub fn shown_url(&self) -> String {
+        use hare_outbox::redact::{UrlKind, redact_url};
+        let kind = if self.url_public {
+            UrlKind::PublicEndpoint
+        } else {
+            UrlKind::Endpoint
+        };
+        redact_url(&self.url, kind)
+    }
 }
 
 impl std::fmt::Debug for WebhookSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookSettings")
-            .field("url", &redact_url(&self.url))
+            .field("url", &self.shown_url())
             .field("timeout", &self.timeout)
-            .field("headers", &self.headers)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), hare_outbox::redact::header_value(n, v)))
+                    .collect::<Vec<_>>(),
+            )
             .field("signature_header", &self.signature_header)
             .field("secret", &self.secret.as_ref().map(|_| "***"))
             .field("secret_source", &self.secret_source)
@@ -919,9 +948,9 @@ pub fn secret_url(
         }));
     }
     if let Some(url) = url {
-        if redact_url(url) != url {
+        if let Some(secret) = hare_outbox::redact::secret_in_url(url) {
             return Err(usage(format!(
-                "url = {:?} carries a password, and secrets are not read from the config file; put the whole URL in an environment variable named by url_env (or a file named by url_file)",
+                "url = {:?} carries a secret ({secret}), and secrets are not read from the config file; put the whole URL in an environment variable named by url_env (or a file named by url_file)",
                 redact_url(url)
             )));
         }
@@ -1111,6 +1140,7 @@ fn webhook_settings(
         signature_header: section.signature_header,
         secret,
         secret_source,
+        url_public: section.url_public.unwrap_or(false),
     };
     // Build it once now so a bad URL or header is a config error, before any connection.
     build_webhook(&settings)?;
@@ -1223,8 +1253,11 @@ fn mqtt_settings(
 fn build_webhook(
     settings: &WebhookSettings,
 ) -> anyhow::Result<hare_outbox::webhook::WebhookDelivery> {
-    let mut delivery = hare_outbox::webhook::WebhookDelivery::new(settings.url.clone())
-        .with_context(|| format!("url {:?}", redact_url(&settings.url)))?;
+    let mut delivery = hare_outbox::webhook::WebhookDelivery::builder()
+        .with_url(settings.url.clone())
+        .with_public_url(settings.url_public)
+        .build()
+        .with_context(|| format!("url {:?}", settings.shown_url()))?;
     if let Some(timeout) = settings.timeout {
         delivery = delivery.with_timeout(timeout);
     }
@@ -1501,7 +1534,7 @@ impl DeliverySettings {
             DeliverySettings::Stdout => "stdout (JSON lines)".to_owned(),
             DeliverySettings::Webhook(w) => format!(
                 "webhook {} ({})",
-                redact_url(&w.url),
+                w.shown_url(),
                 w.secret_source.as_deref().map_or_else(
                     || "unsigned".to_owned(),
                     |s| format!("signed, secret from {s}")

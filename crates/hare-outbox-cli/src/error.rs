@@ -96,34 +96,10 @@ pub fn render(error: &anyhow::Error) -> String {
     text
 }
 
-/// `url` with its password replaced by `***`, for messages and logs. A comma-separated list
-/// (NATS takes several servers in one URL) has each of its URLs redacted, and a URL without a
-/// scheme (`user:password@host:4222`, which NATS accepts too) is read as an authority.
+/// `url` as messages and logs show a connection URL: the shared redaction
+/// ([`hare_outbox::redact::redact_url`]) — password, NATS token and secret parameters as `***`.
 pub fn redact_url(url: &str) -> String {
-    if url.contains(',') {
-        return url.split(',').map(redact_one).collect::<Vec<_>>().join(",");
-    }
-    redact_one(url)
-}
-
-fn redact_one(url: &str) -> String {
-    let start = match url.find("://") {
-        Some(scheme_end) => scheme_end + 3,
-        // `sqlite:file` has no authority; any other text without a scheme may be `user:pw@host`.
-        None if url.trim_start().starts_with("sqlite:") => return url.to_owned(),
-        None => 0,
-    };
-    let rest = &url[start..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    let Some(colon) = userinfo.find(':') else {
-        return url.to_owned();
-    };
-    format!("{}{}:***{}", &url[..start], &userinfo[..colon], &rest[at..])
+    hare_outbox::redact::redact_url(url, hare_outbox::redact::UrlKind::Connection)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use hare_outbox::CancellationToken;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
 
 #[macro_use]
 mod commands;
@@ -164,12 +165,17 @@ fn init_logging(level: Option<&str>, default_filter: &str) -> anyhow::Result<()>
     };
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let output = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .with_target(false)
-        .init();
+        .with_filter(filter)
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+            !commands::is_silenced_driver_log(meta.target())
+        }));
+    tracing_subscriber::registry().with(output).init();
     Ok(())
 }
 

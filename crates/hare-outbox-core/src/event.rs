@@ -192,6 +192,85 @@ impl OutboxEvent {
     }
 }
 
+/// Longest topic and ordering key a leased row may carry, in characters (the columns of the
+/// PostgreSQL table are `VARCHAR(255)`; SQLite stores any length).
+pub const MAX_KEY_CHARS: usize = 255;
+
+/// What a backend read from a leased row, checked by [`StoredRow::problem`] before the row is
+/// turned into an [`OutboxEvent`]. Any program may write the outbox table, so a row may hold
+/// what the library never writes; such a row is dead-lettered at lease time with the reason
+/// as `last_error`, never delivered with made-up data, and holds back the later events of its
+/// ordering key like any dead letter.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredRow<'a> {
+    /// The `id` column; `None` when it is NULL.
+    pub id: Option<Uuid>,
+    /// The `topic` column; `None` when it is NULL.
+    pub topic: Option<&'a str>,
+    /// The `headers` column as JSON; `None` when it is NULL (no headers, like JSON `null`).
+    pub headers: Option<&'a Value>,
+    /// The `attempts` column.
+    pub attempts: i64,
+    /// The `ordering_key` column; `None` when it is NULL (no key).
+    pub ordering_key: Option<&'a str>,
+}
+
+impl StoredRow<'_> {
+    /// Why the row cannot be delivered, or `None` when it can. The reasons, in the order they
+    /// are checked: `id is NULL`, `id is the nil UUID`, `topic is NULL`, `topic is empty`,
+    /// `topic of N characters is longer than 255`, `ordering key is empty`,
+    /// `ordering key of N characters is longer than 255`, `attempts N is negative`,
+    /// `invalid headers: <JSON> is not a JSON object` (the JSON cut to 100 characters), and
+    /// `invalid headers: a header name is empty`. JSON `null` headers are no headers; other UUID
+    /// versions than 7 are accepted as stored.
+    pub fn problem(&self) -> Option<String> {
+        match self.id {
+            None => return Some("id is NULL".to_owned()),
+            Some(id) if id.is_nil() => return Some(format!("id is the nil UUID {id}")),
+            Some(_) => {}
+        }
+        match self.topic {
+            None => return Some("topic is NULL".to_owned()),
+            Some("") => return Some("topic is empty".to_owned()),
+            Some(topic) if topic.chars().count() > MAX_KEY_CHARS => {
+                return Some(format!(
+                    "topic of {} characters is longer than {MAX_KEY_CHARS}",
+                    topic.chars().count()
+                ));
+            }
+            Some(_) => {}
+        }
+        match self.ordering_key {
+            Some("") => return Some("ordering key is empty".to_owned()),
+            Some(key) if key.chars().count() > MAX_KEY_CHARS => {
+                return Some(format!(
+                    "ordering key of {} characters is longer than {MAX_KEY_CHARS}",
+                    key.chars().count()
+                ));
+            }
+            _ => {}
+        }
+        if self.attempts < 0 {
+            return Some(format!("attempts {} is negative", self.attempts));
+        }
+        match self.headers {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) if map.keys().any(String::is_empty) => {
+                Some("invalid headers: a header name is empty".to_owned())
+            }
+            Some(Value::Object(_)) => None,
+            Some(other) => {
+                let text = other.to_string();
+                let mut shown: String = text.chars().take(100).collect();
+                if shown.len() < text.len() {
+                    shown.push('…');
+                }
+                Some(format!("invalid headers: {shown} is not a JSON object"))
+            }
+        }
+    }
+}
+
 fn header_text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
@@ -201,6 +280,120 @@ fn header_text(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hand_written_rows_are_refused_with_the_reason() {
+        let id = Uuid::now_v7();
+        let headers = serde_json::json!({"a": "b"});
+        let ok = StoredRow {
+            id: Some(id),
+            topic: Some("t"),
+            headers: Some(&headers),
+            attempts: 0,
+            ordering_key: Some("k"),
+        };
+        assert_eq!(ok.problem(), None);
+        let list = serde_json::json!([1, 2]);
+        let text = serde_json::json!("text");
+        let null = Value::Null;
+        let empty_name = serde_json::json!({"": "x"});
+        let long = "t".repeat(300);
+        let cases = [
+            (
+                StoredRow {
+                    headers: Some(&list),
+                    ..ok
+                },
+                "invalid headers: [1,2] is not a JSON object",
+            ),
+            (
+                StoredRow {
+                    headers: Some(&text),
+                    ..ok
+                },
+                "invalid headers: \"text\" is not a JSON object",
+            ),
+            (
+                StoredRow {
+                    headers: Some(&empty_name),
+                    ..ok
+                },
+                "invalid headers: a header name is empty",
+            ),
+            (
+                StoredRow {
+                    attempts: -20,
+                    ..ok
+                },
+                "attempts -20 is negative",
+            ),
+            (
+                StoredRow {
+                    topic: Some(&long),
+                    ..ok
+                },
+                "topic of 300 characters is longer than 255",
+            ),
+            (
+                StoredRow {
+                    topic: Some(""),
+                    ..ok
+                },
+                "topic is empty",
+            ),
+            (StoredRow { topic: None, ..ok }, "topic is NULL"),
+            (
+                StoredRow {
+                    ordering_key: Some(&long),
+                    ..ok
+                },
+                "ordering key of 300 characters is longer than 255",
+            ),
+            (
+                StoredRow {
+                    ordering_key: Some(""),
+                    ..ok
+                },
+                "ordering key is empty",
+            ),
+            (StoredRow { id: None, ..ok }, "id is NULL"),
+            (
+                StoredRow {
+                    id: Some(Uuid::nil()),
+                    ..ok
+                },
+                "id is the nil UUID 00000000-0000-0000-0000-000000000000",
+            ),
+        ];
+        for (row, reason) in cases {
+            assert_eq!(row.problem().as_deref(), Some(reason));
+        }
+        assert_eq!(
+            StoredRow {
+                headers: Some(&null),
+                ..ok
+            }
+            .problem(),
+            None
+        );
+        assert_eq!(
+            StoredRow {
+                headers: None,
+                ordering_key: None,
+                ..ok
+            }
+            .problem(),
+            None
+        );
+        assert_eq!(
+            StoredRow {
+                id: Some(Uuid::from_u128(0x0123_4567_89ab_4def_8123_4567_89ab_cdef)),
+                ..ok
+            }
+            .problem(),
+            None
+        );
+    }
+
     #[test]
     fn status_names_read_back_and_match_the_serde_form() {
         for status in EventStatus::ALL {

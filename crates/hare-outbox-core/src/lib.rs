@@ -12,6 +12,7 @@ pub mod inbox;
 pub mod journal;
 pub mod message;
 pub mod outbox;
+pub mod redact;
 pub mod relay;
 pub mod table;
 pub mod topic;
@@ -22,13 +23,18 @@ pub use backend::Backlog;
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{Delivery, DeliveryReport, FnDelivery, JsonLinesDelivery, TopicRouter};
 pub use error::{BoxError, DeliveryError, Error, Result};
-pub use event::{EVENT_ID_HEADER, EventStatus, OutboxEvent, TOPIC_HEADER};
+pub use event::{
+    EVENT_ID_HEADER, EventStatus, MAX_KEY_CHARS, OutboxEvent, StoredRow, TOPIC_HEADER,
+};
 pub use extra::{ColumnType, ExtraColumn, ExtraValue};
 pub use inbox::Inbox;
 pub use journal::{EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
 pub use outbox::{Outbox, OutboxTransaction};
-pub use relay::{OutboxRelay, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats};
+pub use relay::{
+    CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay,
+    PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats,
+};
 pub use table::{IdempotencyScope, OutboxTable};
 pub use topic::{TopicFilter, TopicPattern};
 pub use wakeup::{InProcessWakeup, Wakeup, WakeupSubscription};

@@ -26,8 +26,13 @@
 //!   `Authorization: Bearer …` header (compared in constant time). Without a configured token
 //!   they answer 403. A browser cannot add that header to a cross-site request without a CORS
 //!   preflight, which the dashboard never allows, so the actions are safe against CSRF; requests
-//!   whose `Origin` differs from their `Host`, or marked `Sec-Fetch-Site: cross-site`, are
-//!   refused as well.
+//!   whose `Origin` differs from their `Host`, marked `Sec-Fetch-Site: cross-site`, or — when
+//!   a browser sent neither header — whose `Referer` names another host, are refused as well.
+//!   A request with none of the three did not come from a browser page (curl, a script): the
+//!   token alone decides.
+//! - Errors are shown as stored, and stored with every URL redacted
+//!   ([`hare_outbox_core::redact`]); the dashboard redacts them once more for rows written
+//!   before that or by another program.
 //! - Filters are bound as SQL parameters by the backends, never spliced into SQL.
 //! - Payloads, headers and errors are HTML-escaped by the templates: a payload holding
 //!   `<script>` shows as text. The page runs no inline script (`Content-Security-Policy:

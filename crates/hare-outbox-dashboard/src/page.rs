@@ -6,6 +6,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use hare_outbox_core::journal::Cursor;
+use hare_outbox_core::redact::{self, UrlKind};
 use hare_outbox_core::{Backend, EventStatus};
 
 use crate::AppState;
@@ -59,7 +60,11 @@ impl Row {
             status: event.status.name(),
             dead: event.status == EventStatusView::Dead,
             attempts: event.attempts,
-            last_error: event.last_error.unwrap_or_default(),
+            // Stored redacted; redacted again for rows an older version or another program wrote.
+            last_error: event
+                .last_error
+                .map(|e| redact::in_text(&e, UrlKind::Connection))
+                .unwrap_or_default(),
             object: event.object.unwrap_or_default(),
             topic: event.topic,
         }

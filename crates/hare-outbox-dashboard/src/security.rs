@@ -5,6 +5,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hare_outbox_core::Backend;
+use hare_outbox_core::redact::{self, UrlKind};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -96,6 +97,12 @@ pub(crate) async fn guard_mutation<B: Backend>(
 
 /// The checks, in order: the request comes from the dashboard's own origin, a token is
 /// configured, and the request carries it.
+///
+/// The origin is judged by `Sec-Fetch-Site` (`cross-site` is refused), then by `Origin` (its
+/// host must be the `Host` the request was sent to), and — when a browser sent neither — by
+/// `Referer` (the page's host must be the `Host`; a Referer that is no URL is refused). A
+/// request with none of the three headers did not come from a browser page (curl, a script)
+/// and is allowed with the token alone.
 pub(crate) fn check(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
     if headers
         .get("sec-fetch-site")
@@ -124,6 +131,37 @@ pub(crate) fn check(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiE
                     "request from origin {:?} refused: it is not this dashboard's origin (host \
                      {:?}); act from the dashboard's own page",
                     String::from_utf8_lossy(origin.as_bytes()),
+                    host.unwrap_or("")
+                ),
+            ));
+        }
+    }
+    // Neither Origin nor Sec-Fetch-Site (an old browser, or a request some browsers send
+    // without Origin): a Referer from another host is cross-site. A request with none of the
+    // three is not from a browser page and needs the token alone.
+    if headers.get(header::ORIGIN).is_none()
+        && headers.get("sec-fetch-site").is_none()
+        && let Some(referer) = headers.get(header::REFERER)
+    {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+        let referer = String::from_utf8_lossy(referer.as_bytes());
+        let authority = url::Url::parse(&referer).ok().and_then(|u| {
+            let host = u.host_str()?.to_owned();
+            Some(match u.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            })
+        });
+        let same =
+            matches!((authority.as_deref(), host), (Some(r), Some(h)) if r.eq_ignore_ascii_case(h));
+        if !same {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "origin",
+                format!(
+                    "request from page {} refused: it is not this dashboard's origin (host \
+                     {:?}); act from the dashboard's own page",
+                    redact::redact_url(&referer, UrlKind::Endpoint),
                     host.unwrap_or("")
                 ),
             ));
@@ -234,5 +272,48 @@ mod tests {
         assert_eq!(check(token, &fetch).unwrap_err().field, "origin");
         let null = headers(&[("host", "127.0.0.1:8080"), ("origin", "null")]);
         assert_eq!(check(token, &null).unwrap_err().field, "origin");
+    }
+
+    #[test]
+    fn a_foreign_referer_without_origin_is_cross_site() {
+        let token = Some("0123456789abcdef");
+        let foreign = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("referer", "https://evil.example/page?token=Leak123"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        let error = check(token, &foreign).unwrap_err();
+        assert_eq!(error.status, StatusCode::FORBIDDEN);
+        assert_eq!(error.field, "origin");
+        assert!(!format!("{error:?}").contains("Leak123"), "{error:?}");
+        let own = headers(&[
+            ("host", "127.0.0.1:8080"),
+            (
+                "referer",
+                "http://127.0.0.1:8080/events?status=dead_lettered",
+            ),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert!(check(token, &own).is_ok());
+        // None of Origin, Sec-Fetch-Site and Referer: not a browser page; the token decides.
+        let bare = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert!(check(token, &bare).is_ok());
+        let unparsable = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("referer", "not a url"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert_eq!(check(token, &unparsable).unwrap_err().field, "origin");
+        // Origin, when present, decides; the Referer is not looked at then.
+        let with_origin = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+            ("referer", "https://evil.example/"),
+            ("authorization", "Bearer 0123456789abcdef"),
+        ]);
+        assert!(check(token, &with_origin).is_ok());
     }
 }

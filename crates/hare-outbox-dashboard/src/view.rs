@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use hare_outbox_core::journal::{ObjectRef, author_of};
+use hare_outbox_core::redact::{self, UrlKind};
 use hare_outbox_core::{EventStatus, OutboxEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -104,7 +105,10 @@ impl EventView {
             id: event.id,
             topic: event.topic,
             attempts: event.attempts,
-            last_error: event.last_error,
+            // Stored redacted; redacted again for rows an older version or another program wrote.
+            last_error: event
+                .last_error
+                .map(|e| redact::in_text(&e, UrlKind::Connection)),
             created_at: event.created_at,
             published_at: event.published_at,
             dead_lettered_at: event.dead_lettered_at,

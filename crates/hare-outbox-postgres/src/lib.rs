@@ -40,7 +40,7 @@ use hare_outbox_core::backend::{
 };
 use hare_outbox_core::{
     Backend, Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, OutboxEvent, OutboxTable,
-    Result, TopicFilter,
+    Result, StoredRow, TopicFilter,
 };
 use serde_json::{Map, Value};
 use sqlx::postgres::PgArguments;
@@ -404,22 +404,28 @@ impl Backend for PgBackend {
         let mut unreadable: Vec<(i64, i32, String)> = Vec::new();
         // The first unreadable sequence per ordering key: the run behind it is released.
         let mut blocked: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+        // A row written by another program with what the library never writes (headers that
+        // are not an object, negative attempts, a nil id, …) is dead-lettered the same way,
+        // with the reason, rather than delivered with made-up data.
         for row in &rows {
-            match decode(table, row) {
-                Ok(event) => events.push(event),
-                Err(error) => {
-                    let sequence: i64 = row.try_get("sequence").map_err(translate)?;
-                    let attempts: i32 = row.try_get("attempts").map_err(translate)?;
-                    if let Ok(Some(key)) = row.try_get::<Option<String>, _>("ordering_key") {
-                        let first = blocked.entry(key).or_insert(sequence);
-                        *first = (*first).min(sequence);
+            let refused = match stored_row_problem(row) {
+                Some(reason) => Some(reason),
+                None => match decode(table, row) {
+                    Ok(event) => {
+                        events.push(event);
+                        None
                     }
-                    unreadable.push((
-                        sequence,
-                        attempts,
-                        format!("the stored event cannot be read: {error}"),
-                    ));
+                    Err(error) => Some(format!("the stored event cannot be read: {error}")),
+                },
+            };
+            if let Some(reason) = refused {
+                let sequence: i64 = row.try_get("sequence").map_err(translate)?;
+                let attempts: i32 = row.try_get("attempts").map_err(translate)?;
+                if let Ok(Some(key)) = row.try_get::<Option<String>, _>("ordering_key") {
+                    let first = blocked.entry(key).or_insert(sequence);
+                    *first = (*first).min(sequence);
                 }
+                unreadable.push((sequence, attempts, reason));
             }
         }
         let (events, behind): (Vec<OutboxEvent>, Vec<OutboxEvent>) =
@@ -909,6 +915,24 @@ fn bind_extra_array<'q, 'v>(
         ColumnType::Timestamp => array!(Timestamp),
         ColumnType::Json => array!(Json),
     }
+}
+
+/// Why a leased row cannot be delivered ([`StoredRow::problem`]), or `None`. A column that
+/// cannot be read at all is left to [`decode`], which says why.
+fn stored_row_problem(row: &PgRow) -> Option<String> {
+    let id = row.try_get::<Option<Uuid>, _>("id").ok()?;
+    let topic = row.try_get::<Option<String>, _>("topic").ok()?;
+    let headers = row.try_get::<Option<Value>, _>("headers").ok()?;
+    let attempts = row.try_get::<i32, _>("attempts").ok()?;
+    let ordering_key = row.try_get::<Option<String>, _>("ordering_key").ok()?;
+    StoredRow {
+        id,
+        topic: topic.as_deref(),
+        headers: headers.as_ref(),
+        attempts: i64::from(attempts),
+        ordering_key: ordering_key.as_deref(),
+    }
+    .problem()
 }
 
 /// Decodes one row of [`sql::COLUMNS`] plus the table's extra columns into an event.

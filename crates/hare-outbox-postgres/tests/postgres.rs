@@ -624,7 +624,7 @@ async fn a_long_delivery_keeps_its_lease() {
         .unwrap();
     drop(conn);
     let config = fast()
-        .with_lease(Duration::from_millis(900))
+        .with_lease(Duration::from_secs(1))
         .with_delivery_timeout(Duration::from_millis(800));
     let calls = Arc::new(Mutex::new(0));
     let c = calls.clone();
@@ -642,7 +642,7 @@ async fn a_long_delivery_keeps_its_lease() {
             _t: Duration,
         ) -> Vec<Result<(), DeliveryError>> {
             *self.0.lock().unwrap() += 1;
-            tokio::time::sleep(Duration::from_millis(2700)).await;
+            tokio::time::sleep(Duration::from_millis(3000)).await;
             events.iter().map(|_| Ok(())).collect()
         }
     }
@@ -655,7 +655,7 @@ async fn a_long_delivery_keeps_its_lease() {
     .unwrap();
     let polls = async {
         let mut stolen = 0;
-        for _ in 0..25 {
+        for _ in 0..28 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             stolen += other.poll_once().await.unwrap().leased;
         }

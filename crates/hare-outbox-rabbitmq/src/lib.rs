@@ -106,22 +106,10 @@ impl std::fmt::Debug for Broker {
     }
 }
 
-/// `url` with the password (between `user:` and `@`) replaced by `***`.
+/// `url` as messages show it: the shared redaction of connection URLs
+/// ([`hare_outbox_core::redact::redact_url`]), password and secret parameters as `***`.
 fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(end) => url.split_at(end + 3),
-        None => ("", url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!("{scheme}{}:***{}", &userinfo[..colon], &rest[at..]),
-        None => url.to_owned(),
-    }
+    hare_outbox_core::redact::redact_url(url, hare_outbox_core::redact::UrlKind::Connection)
 }
 
 /// `name` as an exchange name, or a configuration error naming it: non-empty, at most 255 bytes,

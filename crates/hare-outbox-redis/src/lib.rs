@@ -60,27 +60,10 @@ fn describe_client(client: &redis::Client) -> String {
     format!("redis {} db {}", info.addr(), info.redis_settings().db())
 }
 
-/// `url` with the password (between `user:` and `@`) replaced by `***`.
+/// `url` as messages show it: the shared redaction of connection URLs
+/// ([`hare_outbox_core::redact::redact_url`]), password and secret parameters as `***`.
 fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
+    hare_outbox_core::redact::redact_url(url, hare_outbox_core::redact::UrlKind::Connection)
 }
 
 #[cfg(test)]

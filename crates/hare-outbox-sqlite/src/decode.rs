@@ -1,7 +1,9 @@
 //! Rows to [`OutboxEvent`]s, and the one timestamp format the backend writes.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use hare_outbox_core::{ColumnType, Error, ExtraValue, OutboxEvent, OutboxTable, Result};
+use hare_outbox_core::{
+    ColumnType, Error, ExtraValue, OutboxEvent, OutboxTable, Result, StoredRow,
+};
 use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
@@ -133,6 +135,34 @@ pub(crate) fn bound(value: &ExtraValue) -> Bound {
 ///
 /// # Errors
 /// [`Error::Database`] naming the column when a value has the wrong type or form.
+/// Why a leased row cannot be delivered ([`StoredRow::problem`]), or `None`. An id that is not
+/// a UUID is a problem too; a column that cannot be read at all (headers that are not JSON, a
+/// time that is not a timestamp) is left to [`event`], which says why.
+pub(crate) fn stored_row_problem(row: &SqliteRow) -> Option<String> {
+    let id = match optional_text(row, "id").ok()? {
+        None => None,
+        Some(text) => match Uuid::parse_str(&text) {
+            Ok(id) => Some(id),
+            Err(e) => return Some(format!("id {text:?} is not a UUID: {e}")),
+        },
+    };
+    let topic = optional_text(row, "topic").ok()?;
+    // Headers that are not JSON are reported by `event`; here they count as none.
+    let headers: Option<Value> = optional_text(row, "headers")
+        .ok()?
+        .map(|text| serde_json::from_str(&text).unwrap_or(Value::Null));
+    let attempts = row.try_get::<i64, _>("attempts").ok()?;
+    let ordering_key = optional_text(row, "ordering_key").ok()?;
+    StoredRow {
+        id,
+        topic: topic.as_deref(),
+        headers: headers.as_ref(),
+        attempts,
+        ordering_key: ordering_key.as_deref(),
+    }
+    .problem()
+}
+
 pub(crate) fn event(table: &OutboxTable, row: &SqliteRow) -> Result<OutboxEvent> {
     let mut extras = Map::new();
     for column in table.columns() {

@@ -497,9 +497,16 @@ impl Backend for SqliteBackend {
             if let Some(key) = &key {
                 keys.push(key.clone());
             }
-            match decode::event(table, row) {
+            // A row another program wrote with what the library never writes (headers that
+            // are not an object, negative attempts, a nil id, …) is dead-lettered the same way.
+            let refused = match decode::stored_row_problem(row) {
+                Some(reason) => Err(reason),
+                None => decode::event(table, row)
+                    .map_err(|error| format!("the stored event cannot be read: {error}")),
+            };
+            match refused {
                 Ok(event) => events.push(event),
-                Err(error) => {
+                Err(reason) => {
                     let sequence: i64 = row.try_get("sequence").map_err(map_err)?;
                     if let Some(key) = key {
                         let first = blocked.entry(key).or_insert(sequence);
@@ -509,7 +516,7 @@ impl Backend for SqliteBackend {
                         Query::EventDeadLetterUnreadable.render(table),
                     ))
                     .bind(timestamp(now))
-                    .bind(format!("the stored event cannot be read: {error}"))
+                    .bind(reason)
                     .bind(sequence)
                     .execute(&mut *tx)
                     .await

@@ -774,25 +774,10 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// `url` with the password (between `user:` and `@`) replaced by `***`.
+/// `url` as messages show it: the shared redaction of connection URLs
+/// ([`hare_outbox_core::redact::redact_url`]), password and secret parameters as `***`.
 fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
+    hare_outbox_core::redact::redact_url(url, hare_outbox_core::redact::UrlKind::Connection)
 }
 
 #[cfg(test)]

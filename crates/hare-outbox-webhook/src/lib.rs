@@ -11,6 +11,15 @@
 //! dead-letters them. With [`RelayConfig::result_column`](hare_outbox_core::RelayConfig) set, the
 //! relay stores each attempt's [`WebhookResult`] in that column.
 //!
+//! What is shown never carries the URL's secrets: messages, `last_error`, the
+//! [`WebhookResult`] and `Debug` give only the scheme, host and port
+//! (`webhook https://billing.example.com/… answered 503 Service Unavailable`), a redirect's
+//! `Location` likewise, and the stored answer body has every path segment and query value of 4
+//! or more characters of the URL cut out (`***`), since webhook URLs often carry their token in
+//! the path or query. [`WebhookDeliveryBuilder::with_public_url`] shows the path (the password
+//! and query values stay hidden). Values of credential headers (`authorization`, `*-token`,
+//! `*-key`, …) are `***` in `Debug`. See [`hare_outbox_core::redact`].
+//!
 //! Receivers check the signature with [`verify_signature`] and drop duplicates by
 //! `hare-outbox-event-id` (delivery is at least once).
 //!
@@ -71,6 +80,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use hare_outbox_core::redact::{self, UrlKind};
 use hare_outbox_core::{Delivery, DeliveryError, DeliveryReport, Error, OutboxEvent, Result};
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION};
@@ -140,19 +150,13 @@ pub struct WebhookTarget {
 }
 
 impl std::fmt::Debug for WebhookTarget {
-    /// Shows the URL and header names; never the secret or header values.
+    /// Shows the scheme and host of the URL and the headers, credential header values
+    /// (`authorization`, `*-token`, `*-key`, …) as `***`; never the secret.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookTarget")
-            .field("url", &self.url)
+            .field("url", &redact::redact_url(&self.url, UrlKind::Endpoint))
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field(
-                "headers",
-                &self
-                    .headers
-                    .iter()
-                    .map(|(n, _)| n.as_str())
-                    .collect::<Vec<_>>(),
-            )
+            .field("headers", &shown_headers(&self.headers))
             .finish()
     }
 }
@@ -241,7 +245,7 @@ enum Destination {
     /// One URL for every event, with the delivery's secret.
     Url {
         url: Url,
-        /// The URL as messages show it: a password in it is replaced by `***`.
+        /// The URL as messages show it (see [`WebhookDeliveryBuilder::with_public_url`]).
         shown: String,
         secret: Option<Vec<u8>>,
     },
@@ -291,13 +295,25 @@ pub struct WebhookDelivery {
     headers: HeaderMap,
     signature_header: HeaderName,
     allows_url: Option<AllowsUrlFn>,
+    public_url: bool,
 }
 
 impl std::fmt::Debug for WebhookDelivery {
-    /// Shows the URL (without a password) or that targets are per event, the timeout, the
-    /// signature header and the configured header names; never a secret or header values.
+    /// Shows the URL as messages show it or that targets are per event, the timeout, the
+    /// signature header and the configured headers, credential header values
+    /// (`authorization`, `*-token`, `*-key`, …) as `***`; never a secret.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let header_names: Vec<&str> = self.headers.keys().map(HeaderName::as_str).collect();
+        let header_names: Vec<(String, String)> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes());
+                (
+                    name.as_str().to_owned(),
+                    redact::header_value(name.as_str(), &value).into_owned(),
+                )
+            })
+            .collect();
         let mut out = f.debug_struct("WebhookDelivery");
         match &self.destination {
             Destination::Url { shown, secret, .. } => out
@@ -309,6 +325,7 @@ impl std::fmt::Debug for WebhookDelivery {
             .field("headers", &header_names)
             .field("signature_header", &self.signature_header.as_str())
             .field("allows_url", &self.allows_url.is_some())
+            .field("public_url", &self.public_url)
             .finish()
     }
 }
@@ -325,22 +342,42 @@ pub struct WebhookDeliveryBuilder {
     headers: Vec<(String, String)>,
     signature_header: Option<String>,
     allows_url: Option<AllowsUrlFn>,
+    public_url: bool,
 }
 
 impl std::fmt::Debug for WebhookDeliveryBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookDeliveryBuilder")
-            .field("url", &self.url)
+            .field(
+                "url",
+                &self
+                    .url
+                    .as_deref()
+                    .map(|url| redact::redact_url(url, UrlKind::Endpoint)),
+            )
             .field("target", &self.target.is_some())
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.timeout)
             .field("signature_header", &self.signature_header)
             .field("allows_url", &self.allows_url.is_some())
+            .field("public_url", &self.public_url)
             .finish()
     }
 }
 
 impl WebhookDeliveryBuilder {
+    /// Whether the URLs of this delivery may be shown with their path. Off by default: logs,
+    /// `last_error`, result records and the dashboard show only the scheme, host and port
+    /// (`webhook https://hooks.example.com/… answered 503`), because webhook URLs often carry a
+    /// token in their path or query (`/hook/T000/B000/XXXX`, `?token=…`), and the answer's body
+    /// loses every path segment and query value of 4 or more characters of the URL that it
+    /// echoes. On (`url_public = true` in the command's config): the path is shown; the userinfo
+    /// password and every query value are still `***`, and cut from answers.
+    pub fn with_public_url(mut self, public: bool) -> Self {
+        self.public_url = public;
+        self
+    }
+
     /// Sends every event to `url` (an absolute `http` or `https` URL). Exclusive with
     /// [`with_target`](Self::with_target).
     pub fn with_url(mut self, url: impl Into<String>) -> Self {
@@ -444,13 +481,14 @@ impl WebhookDeliveryBuilder {
             }
             (Some(url), Some(_)) => {
                 return Err(Error::configuration(format!(
-                    "webhook delivery has both a url ({url:?}) and a target; set exactly one of them"
+                    "webhook delivery has both a url ({}) and a target; set exactly one of them",
+                    shown(&url, self.public_url)
                 )));
             }
             (Some(url), None) => {
-                let url = parse_url(&url).map_err(Error::configuration)?;
+                let url = parse_url(&url, self.public_url).map_err(Error::configuration)?;
                 Destination::Url {
-                    shown: shown(&url),
+                    shown: shown(url.as_str(), self.public_url),
                     url,
                     secret: self.secret,
                 }
@@ -484,6 +522,7 @@ impl WebhookDeliveryBuilder {
             headers: HeaderMap::new(),
             signature_header: HeaderName::from_static(DEFAULT_SIGNATURE_HEADER),
             allows_url: self.allows_url,
+            public_url: self.public_url,
         };
         for (name, value) in &self.headers {
             delivery = delivery.with_header(name, value)?;
@@ -579,6 +618,19 @@ impl WebhookDelivery {
         self
     }
 
+    /// Whether the URLs of this delivery may be shown with their path; see
+    /// [`WebhookDeliveryBuilder::with_public_url`]. Off by default.
+    pub fn with_public_url(mut self, public: bool) -> Self {
+        self.public_url = public;
+        if let Destination::Url {
+            url, shown: kept, ..
+        } = &mut self.destination
+        {
+            *kept = shown(url.as_str(), public);
+        }
+        self
+    }
+
     /// Sends `event` once: the result, and the record of the attempt.
     async fn attempt(
         &self,
@@ -612,13 +664,13 @@ impl WebhookDelivery {
                         e,
                     ))
                 })?;
-                let url = parse_url(&target.url).map_err(|e| {
+                let url = parse_url(&target.url, self.public_url).map_err(|e| {
                     fail(DeliveryError::new(format!(
                         "the webhook target of event {}: {e}",
                         event.id
                     )))
                 })?;
-                let shown_url = shown(&url);
+                let shown_url = shown(url.as_str(), self.public_url);
                 (url, shown_url, target.secret, target.headers)
             }
         };
@@ -630,13 +682,14 @@ impl WebhookDelivery {
                 event.id
             ))));
         }
+        let parts = answer_secrets(&url, self.public_url);
         let body = event.body();
         let headers = self
             .request_headers(event, &body, &shown_url, secret.as_deref(), &target_headers)
             .map_err(fail)?;
         let response = self
             .client
-            .post(url)
+            .post(url.clone())
             .headers(headers)
             .body(body)
             .timeout(self.timeout)
@@ -649,6 +702,7 @@ impl WebhookDelivery {
             .get(LOCATION)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let (text, more) = read_body(response).await;
+        let text = redact::without_parts(&text, &parts);
         let result = WebhookResult {
             status_code: Some(status.as_u16()),
             body: Some(result_text(&text)),
@@ -661,6 +715,11 @@ impl WebhookDelivery {
         if status.is_redirection() {
             message.push_str(" (redirects are not followed");
             if let Some(location) = location {
+                // A redirect target may carry a token: scheme and host only.
+                let location = url
+                    .join(&location)
+                    .map(|to| redact::redact_url(to.as_str(), UrlKind::Endpoint))
+                    .unwrap_or_else(|_| "<unparsable>".to_owned());
                 message.push_str("; location: ");
                 message.push_str(&location);
             }
@@ -780,21 +839,42 @@ where
     Arc::new(move |url: &Url| Box::pin(std::future::ready(allows(url))) as BoxFuture<'static, bool>)
 }
 
-/// `text` parsed as an absolute `http`/`https` URL, or why not.
-fn parse_url(text: &str) -> std::result::Result<Url, String> {
+/// `text` parsed as an absolute `http`/`https` URL, or why not (the URL shown redacted).
+fn parse_url(text: &str, public: bool) -> std::result::Result<Url, String> {
     let parsed = Url::parse(text).map_err(|e| {
         format!(
-            "webhook url {text:?} is not a valid absolute URL ({e}); expected e.g. \"https://example.com/hooks\""
+            "webhook url {} is not a valid absolute URL ({e}); expected e.g. \"https://example.com/hooks\"",
+            shown(text, public)
         )
     })?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!(
-            "webhook url {:?} has the scheme {:?}; only http and https are allowed",
-            shown(&parsed),
+            "webhook url {} has the scheme {:?}; only http and https are allowed",
+            redact::redact_url(text, UrlKind::Endpoint),
             parsed.scheme()
         ));
     }
     Ok(parsed)
+}
+
+/// The configured headers as `Debug` shows them: credential values as `***`.
+fn shown_headers(headers: &[(String, String)]) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), redact::header_value(name, value)))
+        .collect()
+}
+
+/// The parts of `url` cut from its answers: with a public URL only the password and the query
+/// values, otherwise also the user name and every path segment (4 characters or more).
+fn answer_secrets(url: &Url, public: bool) -> Vec<String> {
+    if !public {
+        return redact::secret_parts(url.as_str());
+    }
+    let mut kept = url.clone();
+    kept.set_path("/");
+    let _ = kept.set_username("");
+    redact::secret_parts(kept.as_str())
 }
 
 /// The signature of `body` under `secret`: `"sha256=<lowercase hex HMAC-SHA256 of body>"`, the
@@ -857,15 +937,15 @@ fn header_value(name: &str, value: &str) -> std::result::Result<HeaderValue, Str
     })
 }
 
-/// The URL as messages show it: a password in it becomes `***`.
-fn shown(url: &Url) -> String {
-    if url.password().is_some() {
-        let mut hidden = url.clone();
-        if hidden.set_password(Some("***")).is_ok() {
-            return hidden.to_string();
-        }
-    }
-    url.to_string()
+/// The URL as messages show it: scheme, host and port, or — `public` — everything but the
+/// password and the query values.
+fn shown(url: &str, public: bool) -> String {
+    let kind = if public {
+        UrlKind::PublicEndpoint
+    } else {
+        UrlKind::Endpoint
+    };
+    redact::redact_url(url, kind)
 }
 
 /// `"500 Internal Server Error"`, or just `"599"` for a code without a reason phrase.
@@ -988,7 +1068,19 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         assert!(!text.contains("tok-123"), "{text}");
         assert!(text.contains("authorization"), "{text}");
+        assert!(text.contains("***"), "{text}");
         assert!(text.contains("<redacted>"), "{text}");
+        let target = WebhookTarget::new("https://h.example/hook/PathSecret?token=QuerySecret")
+            .with_header("x-api-key", "k-123456")
+            .with_header("x-request-source", "erp");
+        let text = format!("{target:?}");
+        for secret in ["PathSecret", "QuerySecret", "k-123456"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        assert!(
+            text.contains("erp") && text.contains("https://h.example/…"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -166,8 +166,8 @@ async fn server_error_fails_naming_url_status_and_body() {
     let err = delivery.deliver(&simple_event()).await.unwrap_err();
 
     let message = err.to_string();
-    assert!(message.contains(&url), "{message}");
-    assert!(message.contains("500"), "{message}");
+    let shown = format!("webhook http://{}/… answered 500", receiver.addr());
+    assert!(message.contains(&shown), "{message}");
     assert!(message.contains(&"x".repeat(200)), "{message}");
     assert!(!message.contains(&"x".repeat(201)), "{message}");
     assert_eq!(receiver.request_count(), 1);
@@ -187,7 +187,8 @@ async fn any_2xx_succeeds_and_a_scripted_failure_recovers() {
     receiver.set_behaviour(Behaviour::status(404).with_body("no such hook"));
     let err = delivery.deliver(&e).await.unwrap_err();
     assert!(
-        err.to_string().ends_with("404 Not Found: no such hook"),
+        // `hook`, a segment of the URL's path, is cut from the echoed body.
+        err.to_string().ends_with("404 Not Found: no such ***"),
         "{err}"
     );
     assert_eq!(receiver.request_count(), 4);
@@ -202,7 +203,8 @@ async fn redirect_is_a_failure_and_never_followed() {
 
     let message = err.to_string();
     assert!(message.contains("302"), "{message}");
-    assert!(message.contains(&receiver.url("/elsewhere")), "{message}");
+    let location = format!("location: http://{}/…", receiver.addr());
+    assert!(message.contains(&location), "{message}");
     let requests = receiver.requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].path, "/hook");
@@ -239,7 +241,9 @@ async fn connection_refused_fails_with_source() {
 
     let err = delivery.deliver(&simple_event()).await.unwrap_err();
 
-    assert!(err.to_string().contains(&url), "{err}");
+    let shown = url.trim_end_matches("/hook").to_owned() + "/…";
+    assert!(err.to_string().contains(&shown), "{err}");
+    assert!(!err.chain().contains("/hook"), "{}", err.chain());
     assert!(
         err.source().is_some(),
         "the reqwest error is kept as the source"
@@ -324,7 +328,10 @@ fn invalid_configuration_is_refused_naming_the_value() {
     let message = configuration_message(WebhookDelivery::new("ftp://example.com/x"));
     assert!(message.contains("ftp"), "{message}");
     let message = configuration_message(WebhookDelivery::new("/relative/path"));
-    assert!(message.contains("/relative/path"), "{message}");
+    assert!(
+        message.contains("/…") && message.contains("relative URL"),
+        "{message}"
+    );
 
     let ok = || WebhookDelivery::new("https://example.com/hook").unwrap();
     let message = configuration_message(ok().with_header("bad name", "v"));

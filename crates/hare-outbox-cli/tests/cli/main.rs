@@ -13,6 +13,7 @@ mod docs;
 mod journal;
 mod kill_loop;
 mod relay_pg;
+mod safe_input;
 mod serve;
 mod sqlite;
 mod support;

@@ -8,13 +8,27 @@ use crate::topic::TopicFilter;
 /// Smallest and largest batch size (seed 001 § OutboxRelay: `batch_size` from 1 to 10000).
 pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
 
+/// Shortest poll interval: 10 ms. Shorter intervals spin on an empty table for no gain (a
+/// wake-up ends the wait anyway).
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Shortest lease: 1 s.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// Shortest delivery timeout: 10 ms.
+pub const MIN_DELIVERY_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// Smallest and largest concurrency: 1 to 10000.
+pub const CONCURRENCY_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
+
 /// Options of an [`OutboxRelay`](super::OutboxRelay). Every option has the seed's default; set
 /// them with the `with_*` methods. Checked by [`RelayConfig::validate`] when the relay is built.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RelayConfig {
     /// How long to wait for a wake-up after a poll that leased nothing; a poll that leased
-    /// anything polls again at once (seed 001 § «Один опрос»). Defaults to 5 s.
+    /// anything polls again at once (seed 001 § «Один опрос»). At least 10 ms
+    /// ([`MIN_POLL_INTERVAL`]). Defaults to 5 s.
     pub poll_interval: Duration,
     /// Most events leased per poll. 1 to 10000. Defaults to 100.
     pub batch_size: usize,
@@ -32,16 +46,20 @@ pub struct RelayConfig {
     pub retry_base: Duration,
     /// Longest retry delay. Defaults to 300 s.
     pub retry_max: Duration,
-    /// How long a leased batch is held before another relay may take it. Defaults to 60 s.
+    /// How long a leased batch is held before another relay may take it. At least 1 s
+    /// ([`MIN_LEASE`]). Defaults to 60 s.
     pub lease: Duration,
-    /// How long one delivery may take; must be shorter than `lease`. Defaults to 30 s.
+    /// How long one delivery may take: at least 10 ms ([`MIN_DELIVERY_TIMEOUT`]) and shorter
+    /// than `lease`. Defaults to 30 s.
     pub delivery_timeout: Duration,
-    /// Events delivered at once by a delivery that sends one by one. At least 1. Defaults to 10.
+    /// Events delivered at once by a delivery that sends one by one. 1 to 10000
+    /// ([`CONCURRENCY_RANGE`]). Defaults to 10.
     pub concurrency: usize,
     /// Relay name written to `leased_by`. Defaults to `host:pid:random`.
     pub name: String,
     /// Topics this relay leases, delivers, counts and cleans: exact names or prefixes ending in
-    /// `*` (`_` and `%` are literal). `None` = every topic. Defaults to `None`.
+    /// `*` (`_` and `%` are literal). `None` = every topic; an empty list is refused (it would
+    /// deliver nothing). Defaults to `None`.
     pub topics: Option<Vec<String>>,
     /// Topics left to other relays, same patterns as `topics`. Defaults to none.
     pub exclude_topics: Vec<String>,
@@ -151,9 +169,11 @@ impl RelayConfig {
     /// Checks the options.
     ///
     /// # Errors
-    /// [`Error::Configuration`] naming the option: batch size outside 1..=10000, max attempts or
-    /// concurrency below 1, a zero poll interval, lease or delivery timeout, a delivery timeout not
-    /// below the lease, a retry base above the retry max, an empty or over-255-character name.
+    /// [`Error::Configuration`] naming the option, its value and the range allowed: batch size
+    /// outside 1..=10000, max attempts below 1, concurrency outside 1..=10000, a poll interval
+    /// below 10 ms, a lease below 1 s, a delivery timeout below 10 ms or not below the lease, a
+    /// retry base above the retry max, an empty `topics` list, an empty or over-255-character
+    /// name.
     pub fn validate(&self) -> Result<()> {
         if !BATCH_SIZE_RANGE.contains(&self.batch_size) {
             return Err(Error::configuration(format!(
@@ -173,17 +193,33 @@ impl RelayConfig {
                 self.max_delivery_attempts
             )));
         }
-        if self.concurrency < 1 {
-            return Err(Error::configuration("concurrency 0 is below 1"));
+        if !CONCURRENCY_RANGE.contains(&self.concurrency) {
+            return Err(Error::configuration(format!(
+                "concurrency {} is out of range; allowed 1 to 10000",
+                self.concurrency
+            )));
         }
-        for (name, value) in [
-            ("poll_interval", self.poll_interval),
-            ("lease", self.lease),
-            ("delivery_timeout", self.delivery_timeout),
+        for (name, value, min) in [
+            ("poll_interval", self.poll_interval, MIN_POLL_INTERVAL),
+            ("lease", self.lease, MIN_LEASE),
+            (
+                "delivery_timeout",
+                self.delivery_timeout,
+                MIN_DELIVERY_TIMEOUT,
+            ),
         ] {
-            if value.is_zero() {
-                return Err(Error::configuration(format!("{name} must be above 0 s")));
+            if value < min {
+                return Err(Error::configuration(format!(
+                    "{name} {} s is out of range; allowed {} or more (seconds)",
+                    value.as_secs_f64(),
+                    min.as_secs_f64()
+                )));
             }
+        }
+        if self.topics.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::configuration(
+                "topics is an empty list, which would deliver nothing; omit the topics setting (None) to take every topic",
+            ));
         }
         if self.delivery_timeout >= self.lease {
             return Err(Error::configuration(format!(
@@ -243,6 +279,52 @@ mod tests {
         assert_eq!(c.concurrency, 10);
         assert_eq!(c.name.split(':').count(), 3, "{}", c.name);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn absurd_values_are_refused_naming_field_value_and_range() {
+        let refused = |config: RelayConfig| match config.validate() {
+            Err(Error::Configuration(message)) => message,
+            other => panic!("expected a configuration error, got {other:?}"),
+        };
+        let d = RelayConfig::default;
+        let m = refused(d().with_poll_interval(Duration::from_micros(1)));
+        assert_eq!(
+            m,
+            "poll_interval 0.000001 s is out of range; allowed 0.01 or more (seconds)"
+        );
+        let m = refused(d().with_concurrency(1_000_000));
+        assert_eq!(m, "concurrency 1000000 is out of range; allowed 1 to 10000");
+        assert!(refused(d().with_concurrency(0)).contains("allowed 1 to 10000"));
+        let m = refused(
+            d().with_lease(Duration::from_millis(1))
+                .with_delivery_timeout(Duration::from_micros(500)),
+        );
+        assert_eq!(
+            m,
+            "lease 0.001 s is out of range; allowed 1 or more (seconds)"
+        );
+        let m = refused(d().with_delivery_timeout(Duration::from_micros(500)));
+        assert_eq!(
+            m,
+            "delivery_timeout 0.0005 s is out of range; allowed 0.01 or more (seconds)"
+        );
+        let m = refused(
+            d().with_lease(Duration::from_secs(2))
+                .with_delivery_timeout(Duration::from_secs(2)),
+        );
+        assert!(
+            m.contains("delivery_timeout 2.000 s must be below lease"),
+            "{m}"
+        );
+        let m = refused(d().with_topics(Vec::<String>::new()));
+        assert!(m.contains("omit the topics"), "{m}");
+        d().with_poll_interval(MIN_POLL_INTERVAL)
+            .with_lease(MIN_LEASE)
+            .with_delivery_timeout(MIN_DELIVERY_TIMEOUT)
+            .with_concurrency(10_000)
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -13,7 +13,10 @@ use chrono::{DateTime, Utc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{BATCH_SIZE_RANGE, RelayConfig, default_name};
+pub use config::{
+    BATCH_SIZE_RANGE, CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
+    RelayConfig, default_name,
+};
 pub use observe::{RelayEvent, RelayObserver, RelayStats};
 pub use retry::{random_jitter, retry_delay};
 
@@ -754,7 +757,7 @@ impl<B: Backend> Inner<B> {
         let text = stored_error_text(&error.chain());
         let name = &config.name;
         if attempts >= config.max_delivery_attempts {
-            tracing::error!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, error = error as &dyn std::error::Error, "event dead-lettered");
+            tracing::error!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, error = %text, "event dead-lettered");
             let failure = EventFailure::dead(event.sequence, attempts, text.clone());
             let report = RelayEvent::DeadLettered {
                 event_id: event.id,
@@ -770,7 +773,7 @@ impl<B: Backend> Inner<B> {
                 config.retry_max,
                 random_jitter(),
             );
-            tracing::warn!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, retry_in_seconds = delay.as_secs_f64(), error = error as &dyn std::error::Error, "delivery failed");
+            tracing::warn!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, retry_in_seconds = delay.as_secs_f64(), error = %text, "delivery failed");
             let failure = EventFailure::retry(event.sequence, attempts, text.clone(), delay);
             let report = RelayEvent::DeliveryFailed {
                 event_id: event.id,
@@ -982,10 +985,12 @@ fn check_result_column(table: &crate::table::OutboxTable, name: &str) -> Result<
 /// Longest `last_error` stored, in characters.
 pub const MAX_ERROR_CHARS: usize = 4000;
 
-/// The error text as stored: NUL (which PostgreSQL text cannot hold) as U+FFFD, cut to
-/// [`MAX_ERROR_CHARS`] characters.
+/// The error text as stored and logged: URLs in it redacted
+/// ([`redact::in_text`](crate::redact::in_text), passwords and secret parameters hidden), NUL
+/// (which PostgreSQL text cannot hold) as U+FFFD, cut to [`MAX_ERROR_CHARS`] characters.
 fn stored_error_text(text: &str) -> String {
-    text.chars()
+    crate::redact::in_text(text, crate::redact::UrlKind::Connection)
+        .chars()
         .take(MAX_ERROR_CHARS)
         .map(|c| if c == '\0' { '\u{FFFD}' } else { c })
         .collect()
