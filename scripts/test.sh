@@ -174,12 +174,14 @@ export HARE_OUTBOX_TEST_PGBOUNCER_URL="${HARE_OUTBOX_TEST_PGBOUNCER_URL:-postgre
 
 start_pgbouncer() {
   command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || install_debian pgbouncer
-  port_open 16432 && return
-  say "starting PgBouncer (pool_mode = transaction) on 127.0.0.1:16432"
   local dir=/tmp/hare-outbox-pgbouncer
   mkdir -p "$dir"
-  cat >"$dir/pgbouncer.ini" <<INI
+  # test_listen_deaf: the same database in a pool of its own, for the test that LISTENs through
+  # the pooler on purpose — the LISTEN it leaves on a server connection must not reach the other
+  # tests' clients (see README, "Behind PgBouncer").
+  cat >"$dir/pgbouncer.ini.new" <<INI
 [databases]
+test_listen_deaf = host=127.0.0.1 port=5432 dbname=test
 * = host=127.0.0.1 port=5432
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -195,6 +197,17 @@ logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
   printf '"postgres" ""\n' >"$dir/users.txt"
+  [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
+  if port_open 16432; then
+    # Running already: keep it unless its config changed, then start it afresh (a restart also
+    # drops server connections an older test left a LISTEN on).
+    cmp -s "$dir/pgbouncer.ini.new" "$dir/pgbouncer.ini" && return
+    say "restarting PgBouncer with its new config"
+    kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true
+    for _ in $(seq 1 50); do port_open 16432 || break; sleep 0.1; done
+  fi
+  mv "$dir/pgbouncer.ini.new" "$dir/pgbouncer.ini"
+  say "starting PgBouncer (pool_mode = transaction) on 127.0.0.1:16432"
   local bin
   bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
   if [ "$(id -u)" = 0 ]; then

@@ -260,9 +260,13 @@ pub async fn relay(
                         .map_err(|e| usage(format!("[wakeup] listen_url {}: {e}", url.shown())))?;
                     wakeup = wakeup.with_listen_pool(pool);
                 } else if backend.transaction_pooler() {
+                    // A LISTEN sent through the pooler would hear nothing and stay registered on
+                    // a server connection, which then hands notifications to the application's
+                    // own clients: the relay polls instead.
                     tracing::warn!(
-                        "database_transaction_pooler = true and [wakeup] kind = \"listen_notify\" without listen_url: LISTEN through a transaction pooler hears nothing; set [wakeup] listen_url to a direct connection"
+                        "database_transaction_pooler = true and [wakeup] kind = \"listen_notify\" without listen_url: LISTEN cannot go through a transaction pooler, so this relay does not LISTEN and polls every poll_interval_seconds; set [wakeup] listen_url to a direct connection"
                     );
+                    return relay_on(outbox, settings, delivery, create_table, shutdown).await;
                 }
                 outbox = outbox.with_wakeup(wakeup)?;
             }

@@ -31,17 +31,29 @@ fn pgbouncer_url() -> String {
 }
 
 async fn pooled(max_connections: u32) -> PgPool {
+    pooled_at(&pgbouncer_url(), max_connections).await
+}
+
+async fn pooled_at(url: &str, max_connections: u32) -> PgPool {
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .connect(&pgbouncer_url())
+        .connect(url)
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "PgBouncer at {} (scripts/test.sh starts one): {e}",
-                pgbouncer_url()
-            )
-        })
+        .unwrap_or_else(|e| panic!("PgBouncer at {url} (scripts/test.sh starts one): {e}"))
+}
+
+/// The pooler's `test_listen_deaf` database: the test database in a server pool of its own.
+/// A LISTEN sent through a transaction pooler stays registered on whichever server connection
+/// ran it, and that connection later hands notifications to other clients, which sqlx refuses
+/// mid-statement (`unexpected message: NotificationResponse`); the test that LISTENs through
+/// the pooler on purpose does it in this pool, away from the other tests' clients.
+fn deaf_listen_url() -> String {
+    let url = pgbouncer_url();
+    match url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/test_listen_deaf"),
+        None => url,
+    }
 }
 
 /// An outbox in the test's schema, reached through the pooler.
@@ -194,6 +206,7 @@ async fn listen_through_pgbouncer_is_found_deaf_and_the_relay_polls() {
     let schema = TestSchema::new(2).await;
     let pool = pooled(4).await;
     let wakeup = ListenNotifyWakeup::new(pool.clone())
+        .with_listen_pool(pooled_at(&deaf_listen_url(), 2).await)
         .with_channel(&schema.name)
         .unwrap();
     let outbox = outbox_through_pooler(&schema, pool)
