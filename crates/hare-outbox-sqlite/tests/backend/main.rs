@@ -5,6 +5,5 @@
 mod common;
 mod enqueue;
 mod enqueue_spec;
-mod journal;
 mod runs;
 mod schema;

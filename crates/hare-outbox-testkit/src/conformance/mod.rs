@@ -133,12 +133,64 @@ macro_rules! suite {
                 retry_without_ids_takes_every_dead_letter_of_the_topics_and_nothing_published,
                 retrying_a_dead_letter_releases_its_key,
             ],
+            inbox: [
+                a_duplicate_is_skipped_and_a_rollback_forgotten,
+                cleanup_deletes_old_records_in_batches,
+            ],
             cleanup_backlog: [
                 backlog_reports_pending_oldest_age_and_dead_letters,
                 cleanup_deletes_in_batches_without_blocking_writers,
                 one_delete_takes_one_batch_oldest_first_and_nothing_younger_than_the_cut_off,
             ],
         );
+        $crate::suite!(@journal $harness;
+            rows: [
+                every_filter_alone_and_combined,
+                every_status_through_the_backend_calls,
+                timeline_counts_backlog_and_latency_on_known_times,
+            ],
+            outbox: [
+                hostile_filter_values_match_nothing_and_break_nothing,
+                pages_walk_every_event_once_in_both_directions,
+                timeline_refuses_an_impossible_grid,
+            ],
+            backend: [extra_columns_are_decoded_as_event_get_does],
+        );
+    };
+    (@journal $harness:ident;
+        rows: [$($rows:ident),* $(,)?],
+        outbox: [$($plain:ident),* $(,)?],
+        backend: [$($backend:ident),* $(,)?] $(,)?
+    ) => {
+        mod journal {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::conformance::{Harness, harness::outbox, journal as suite};
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rows() {
+                    let h = <$harness as Harness>::open().await;
+                    suite::$rows(&outbox(&h).await, &h).await;
+                    h.close().await;
+                }
+            )*
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $plain() {
+                    let h = <$harness as Harness>::open().await;
+                    suite::$plain(&outbox(&h).await).await;
+                    h.close().await;
+                }
+            )*
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $backend() {
+                    let h = <$harness as Harness>::open().await;
+                    suite::$backend(h.backend()).await;
+                    h.close().await;
+                }
+            )*
+        }
     };
     (@modules $harness:ident; $($module:ident: [$($name:ident),* $(,)?]),* $(,)?) => {
         $(
