@@ -35,7 +35,7 @@ impl Harness for Pg {
     }
 
     async fn execute_on(conn: &mut PgConnection, sql: &str) {
-        sqlx::query(AssertSqlSafe(sql.to_owned()))
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
             .execute(conn)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -94,6 +94,15 @@ impl Harness for Pg {
         .await
         .expect("insert a hand-written row");
         1
+    }
+
+    async fn triggers(&self) -> i64 {
+        self.scalar(
+            "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = current_schema() AND NOT t.tgisinternal",
+        )
+        .await
     }
 
     async fn close(self) {

@@ -36,7 +36,7 @@ impl Harness for Lite {
     }
 
     async fn execute_on(conn: &mut SqliteConnection, sql: &str) {
-        sqlx::query(AssertSqlSafe(sql.to_owned()))
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
             .execute(conn)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -96,6 +96,11 @@ impl Harness for Lite {
             .expect("insert a hand-written row");
         }
         2
+    }
+
+    async fn triggers(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
+            .await
     }
 
     async fn close(self) {

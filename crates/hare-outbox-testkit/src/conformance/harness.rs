@@ -37,7 +37,7 @@ pub enum Cell {
 /// own SQLite file), dropped by [`Harness::close`].
 ///
 /// Every method panics when the database refuses the call: a scenario fails by panicking.
-pub trait Harness: Sized {
+pub trait Harness: Sized + 'static {
     /// The backend under test.
     type Backend: Backend;
     /// A pooled connection of the test database, dereferencing to the backend's connection type.
@@ -60,15 +60,16 @@ pub trait Harness: Sized {
     /// A connection of the test database's pool, outside any transaction.
     fn acquire(&self) -> impl Future<Output = Self::Pooled>;
 
-    /// Runs `sql`, a statement without parameters in SQL both backends accept (`CREATE TABLE`
-    /// with portable types, `INSERT … VALUES` with literals, `UPDATE … SET col = NULL`).
+    /// Runs `sql`, one or more statements (separated by `;`) without parameters in SQL both
+    /// backends accept (`CREATE TABLE` with portable types, `INSERT … VALUES` with literals,
+    /// `UPDATE … SET col = NULL`).
     fn execute(&self, sql: &str) -> impl Future<Output = ()>;
 
     /// Runs `sql` (as [`Harness::execute`]) on `conn`, inside whatever transaction it is in.
     fn execute_on(
         conn: &mut <Self::Backend as Backend>::Conn,
         sql: &str,
-    ) -> impl Future<Output = ()>;
+    ) -> impl Future<Output = ()> + Send;
 
     /// The first column of the first row of `sql` as an integer (`SELECT count(*) …`).
     fn scalar(&self, sql: &str) -> impl Future<Output = i64>;
@@ -88,6 +89,9 @@ pub trait Harness: Sized {
     /// that is not JSON, a time that is not one, JSON nested past the reader's depth limit);
     /// returns how many.
     fn insert_unreadable(&self, table: &OutboxTable, key: &str) -> impl Future<Output = i64>;
+
+    /// How many triggers the database holds (capture installs its own).
+    fn triggers(&self) -> impl Future<Output = i64>;
 
     /// Drops the database.
     fn close(self) -> impl Future<Output = ()>;

@@ -133,6 +133,14 @@ macro_rules! suite {
                 retry_without_ids_takes_every_dead_letter_of_the_topics_and_nothing_published,
                 retrying_a_dead_letter_releases_its_key,
             ],
+            capture: [
+                a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256,
+                envelope_of_insert_update_delete,
+                events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers,
+                install_is_idempotent_replaces_reports_drift_and_uninstalls,
+                install_refuses_bad_declarations_and_installs_nothing,
+                payload_modes_keys_before_and_after_changes,
+            ],
             inbox: [
                 a_duplicate_is_skipped_and_a_rollback_forgotten,
                 cleanup_deletes_old_records_in_batches,
