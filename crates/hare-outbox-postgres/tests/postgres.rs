@@ -44,26 +44,7 @@ async fn migrate_is_idempotent_and_safe_concurrently() {
     .fetch_all(&schema.pool)
     .await
     .unwrap();
-    assert_eq!(
-        columns,
-        [
-            "sequence",
-            "id",
-            "topic",
-            "payload",
-            "headers",
-            "ordering_key",
-            "idempotency_key",
-            "created_at",
-            "attempts",
-            "last_error",
-            "next_attempt_at",
-            "lease_until",
-            "leased_by",
-            "published_at",
-            "dead_lettered_at"
-        ]
-    );
+    assert_eq!(columns, hare_outbox_core::capture::OUTBOX_OWNED_COLUMNS);
     let indexes = count(
         &schema,
         &format!(

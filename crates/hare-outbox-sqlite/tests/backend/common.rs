@@ -6,24 +6,8 @@ use hare_outbox_testkit::sqlite::TestDb;
 use serde_json::json;
 use sqlx::{AssertSqlSafe, SqlitePool};
 
-/// The columns of an outbox table, in order (DESIGN §4).
-pub const COLUMNS: [&str; 15] = [
-    "sequence",
-    "id",
-    "topic",
-    "payload",
-    "headers",
-    "ordering_key",
-    "idempotency_key",
-    "created_at",
-    "attempts",
-    "last_error",
-    "next_attempt_at",
-    "lease_until",
-    "leased_by",
-    "published_at",
-    "dead_lettered_at",
-];
+/// The columns of an outbox table, in order.
+pub const COLUMNS: &[&str] = hare_outbox_core::capture::OUTBOX_OWNED_COLUMNS;
 
 /// A fresh database file and a migrated outbox in `table` on it.
 pub async fn setup(table: &str) -> (TestDb, Outbox<SqliteBackend>) {
