@@ -3,6 +3,7 @@
 
 use hare_outbox_core::OutboxTable;
 use hare_outbox_postgres::PgBackend;
+use hare_outbox_testkit::conformance::harness::update_sql;
 use hare_outbox_testkit::conformance::{Cell, Harness};
 use hare_outbox_testkit::pg::TestSchema;
 use sqlx::pool::PoolConnection;
@@ -49,22 +50,10 @@ impl Harness for Pg {
     }
 
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
-        let assignments: Vec<String> = set
-            .iter()
-            .enumerate()
-            .map(|(i, (column, cell))| {
-                let cast = if matches!(cell, Cell::Json(_)) {
-                    "::jsonb"
-                } else {
-                    ""
-                };
-                format!("{column} = ${}{cast}", i + 1)
-            })
-            .collect();
-        let sql = format!(
-            "UPDATE {table} SET {} WHERE {filter}",
-            assignments.join(", ")
-        );
+        let sql = update_sql(table, filter, set, |n, cell| match cell {
+            Cell::Json(_) => format!("${n}::jsonb"),
+            _ => format!("${n}"),
+        });
         let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
         for (_, cell) in set {
             query = match cell {

@@ -3,6 +3,7 @@
 
 use hare_outbox_core::OutboxTable;
 use hare_outbox_sqlite::SqliteBackend;
+use hare_outbox_testkit::conformance::harness::update_sql;
 use hare_outbox_testkit::conformance::{Cell, Harness};
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::pool::PoolConnection;
@@ -50,15 +51,7 @@ impl Harness for Lite {
     }
 
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
-        let assignments: Vec<String> = set
-            .iter()
-            .enumerate()
-            .map(|(i, (column, _))| format!("{column} = ?{}", i + 1))
-            .collect();
-        let sql = format!(
-            "UPDATE {table} SET {} WHERE {filter}",
-            assignments.join(", ")
-        );
+        let sql = update_sql(table, filter, set, |n, _| format!("?{n}"));
         let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
         for (_, cell) in set {
             query = match cell {

@@ -97,6 +97,26 @@ pub trait Harness: Sized + 'static {
     fn close(self) -> impl Future<Output = ()>;
 }
 
+/// The text of [`Harness::update`]: `UPDATE table SET column = <placeholder>, … WHERE filter`,
+/// each placeholder written by `placeholder` from the value's 1-based position and the value
+/// (`$1::jsonb`, `?1`).
+pub fn update_sql(
+    table: &OutboxTable,
+    filter: &str,
+    set: &[(&str, Cell)],
+    placeholder: impl Fn(usize, &Cell) -> String,
+) -> String {
+    let assignments: Vec<String> = set
+        .iter()
+        .enumerate()
+        .map(|(i, (column, cell))| format!("{column} = {}", placeholder(i + 1, cell)))
+        .collect();
+    format!(
+        "UPDATE {table} SET {} WHERE {filter}",
+        assignments.join(", ")
+    )
+}
+
 impl<H: Harness> RowEditor for H {
     async fn set_time(
         &self,
