@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hare_outbox_core::capture::{CaptureDrift, ChangeCapture, ChangePayload, RowOperation};
-use hare_outbox_core::{Error, Outbox, OutboxTable};
+use hare_outbox_core::capture::{CaptureDrift, ChangeCapture, ChangePayload};
+use hare_outbox_core::{Outbox, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
 use serde_json::{Value, json};
@@ -121,75 +121,6 @@ const LOANS: &str = "CREATE TABLE loans (
 )";
 
 #[tokio::test]
-async fn changes_mode_writes_the_journal_of_seed_000() {
-    let db = Db::new(
-        "CREATE TABLE sales_orders (
-            id int PRIMARY KEY, status text, prepaid numeric(12,2) DEFAULT 0, paid_at timestamptz,
-            eta_date date, updated_at timestamptz DEFAULT now())",
-    )
-    .await;
-    ChangeCapture::new("sales_orders")
-        .with_label("erp.sales_order")
-        .with_topic("doc.{operation}")
-        .with_payload(ChangePayload::Changes)
-        .with_exclude(["updated_at"])
-        .with_operations([RowOperation::Update])
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    db.exec("INSERT INTO sales_orders (id, status) VALUES (22, 'confirmed')")
-        .await;
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "Администратор"}))
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE sales_orders SET prepaid = 1200, paid_at = '2026-11-13 17:20:00+03', updated_at = now() WHERE id = 22",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query(
-        "UPDATE sales_orders SET status = 'in_production', eta_date = '2026-12-01' WHERE id = 22",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    // Only the excluded column changes: no event.
-    sqlx::query("UPDATE sales_orders SET updated_at = now() + interval '1 s' WHERE id = 22")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    let events = db.events().await;
-    assert_eq!(
-        events,
-        vec![
-            Ev {
-                topic: "doc.updated".into(),
-                payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
-                    "changed": ["prepaid", "paid_at"],
-                    "before": {"prepaid": "0.00", "paid_at": null},
-                    "after": {"prepaid": "1200.00", "paid_at": "2026-11-13T14:20:00+00:00"}}),
-                headers: json!({"author": "Администратор"}),
-                ordering_key: Some("erp.sales_order:22".into()),
-            },
-            Ev {
-                topic: "doc.updated".into(),
-                payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
-                    "changed": ["status", "eta_date"],
-                    "before": {"status": "confirmed", "eta_date": null},
-                    "after": {"status": "in_production", "eta_date": "2026-12-01"}}),
-                headers: json!({"author": "Администратор"}),
-                ordering_key: Some("erp.sales_order:22".into()),
-            },
-        ]
-    );
-    db.drop().await;
-}
-
-#[tokio::test]
 async fn composite_key_is_an_object_and_joins_the_ordering_key() {
     let db = Db::new(
         "CREATE TABLE versions (doc text, version int, body text, PRIMARY KEY (version, doc))",
@@ -256,82 +187,6 @@ async fn fields_limit_the_rows_and_updates_of_other_columns_write_nothing() {
         (payloads[1]["before"].clone(), payloads[1]["after"].clone()),
         (json!({"status": "lent"}), json!({"status": "back"}))
     );
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn context_headers_and_tenant_from_the_row() {
-    let db = Db::new(
-        "CREATE TABLE invoices (id int PRIMARY KEY, tenant_id text NOT NULL, total int);
-         ALTER TABLE hare_outbox ADD COLUMN tenant text;",
-    )
-    .await;
-    ChangeCapture::new("invoices")
-        .with_payload(ChangePayload::Keys)
-        .with_extra_from_row("tenant", "tenant_id")
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(
-            &mut tx,
-            json!({"author": "ann", "traceparent": "00-ab-cd-01"}),
-        )
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO invoices VALUES (1, 'acme', 10), (2, 'globex', 20)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("SAVEPOINT s").execute(&mut *tx).await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "bob"}))
-        .await
-        .unwrap();
-    sqlx::query("ROLLBACK TO SAVEPOINT s")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    // The savepoint's context is undone with it: ann again.
-    sqlx::query("DELETE FROM invoices WHERE id = 2")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    db.outbox.clear_context(&mut tx).await.unwrap();
-    sqlx::query("UPDATE invoices SET total = 11 WHERE id = 1")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    // The context ended with the transaction.
-    db.exec("UPDATE invoices SET total = 12 WHERE id = 1").await;
-
-    let rows = sqlx::query("SELECT headers, tenant FROM hare_outbox ORDER BY sequence")
-        .fetch_all(db.pool())
-        .await
-        .unwrap();
-    let got: Vec<(Value, Option<String>)> = rows
-        .iter()
-        .map(|r| (r.get("headers"), r.get("tenant")))
-        .collect();
-    let ann = json!({"author": "ann", "traceparent": "00-ab-cd-01"});
-    assert_eq!(
-        got,
-        vec![
-            (ann.clone(), Some("acme".into())),
-            (ann.clone(), Some("globex".into())),
-            (ann, Some("globex".into())),
-            (json!({}), Some("acme".into())),
-            (json!({}), Some("acme".into())),
-        ]
-    );
-    let e = db
-        .outbox
-        .set_context(&mut *db.pool().acquire().await.unwrap(), json!(["x"]))
-        .await
-        .unwrap_err();
-    assert!(matches!(e, Error::Validation { .. }), "{e}");
     db.drop().await;
 }
 

@@ -434,3 +434,141 @@ pub async fn install_is_idempotent_replaces_reports_drift_and_uninstalls<H: Harn
     assert_eq!(events(&outbox).await.len(), 2);
     assert!(capture.status(&outbox).await.unwrap().is_none());
 }
+
+/// The journal of the library example in changes mode, updates only, `updated_at` excluded:
+/// each update writes the changed columns' old and new values under the transaction's context
+/// (the author); an update of the excluded column alone writes nothing; the context ends with
+/// the transaction.
+pub async fn changes_mode_writes_the_journal_with_the_author<H: Harness>(h: &H) {
+    let outbox = capture_outbox(
+        h,
+        "CREATE TABLE sales_orders (id INTEGER PRIMARY KEY, status TEXT,
+            prepaid DECIMAL(12,2) NOT NULL DEFAULT 0, paid_at TEXT, eta_date TEXT, updated_at TEXT)",
+    )
+    .await;
+    ChangeCapture::new("sales_orders")
+        .with_label("erp.sales_order")
+        .with_topic("doc.{operation}")
+        .with_payload(ChangePayload::Changes)
+        .with_exclude(["updated_at"])
+        .with_operations([RowOperation::Update])
+        .install(&outbox)
+        .await
+        .unwrap();
+    h.execute("INSERT INTO sales_orders (id, status) VALUES (22, 'confirmed')")
+        .await;
+    let backend = outbox.backend();
+    let mut tx = backend.begin().await.unwrap();
+    outbox
+        .set_context(&mut tx, json!({"author": "Администратор"}))
+        .await
+        .unwrap();
+    H::execute_on(
+        &mut tx,
+        "UPDATE sales_orders SET prepaid = 1200, paid_at = '2026-11-13 17:20:00', updated_at = 'x' WHERE id = 22;
+         UPDATE sales_orders SET status = 'in_production', eta_date = '2026-12-01' WHERE id = 22;
+         UPDATE sales_orders SET updated_at = 'y' WHERE id = 22;",
+    )
+    .await;
+    backend.commit(tx).await.unwrap();
+    h.execute("UPDATE sales_orders SET status = 'shipped' WHERE id = 22")
+        .await;
+    let events = events(&outbox).await;
+    let updated = |changed: Value, before: Value, after: Value| Ev {
+        topic: "doc.updated".into(),
+        payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
+            "changed": changed, "before": before, "after": after}),
+        headers: json!({"author": "Администратор"}),
+        ordering_key: Some("erp.sales_order:22".into()),
+    };
+    assert_eq!(
+        events[..2],
+        [
+            updated(
+                json!(["prepaid", "paid_at"]),
+                json!({"prepaid": "0.00", "paid_at": null}),
+                json!({"prepaid": "1200.00", "paid_at": "2026-11-13 17:20:00"}),
+            ),
+            updated(
+                json!(["status", "eta_date"]),
+                json!({"status": "confirmed", "eta_date": null}),
+                json!({"status": "in_production", "eta_date": "2026-12-01"}),
+            ),
+        ]
+    );
+    assert_eq!(events.len(), 3, "no event for the excluded column alone");
+    assert_eq!(
+        events[2].headers,
+        json!({}),
+        "the context ended with the transaction"
+    );
+}
+
+/// The transaction's context becomes every captured event's headers: a rolled-back context
+/// leaves nothing, a savepoint's context is undone with it, `clear_context` and the end of the
+/// transaction end it; the tenant comes from the row (`extra_from_row`); a context that is not
+/// an object of named headers is a validation error.
+pub async fn context_headers_and_tenant_from_the_row<H: Harness>(h: &H) {
+    let outbox = capture_outbox(
+        h,
+        "CREATE TABLE invoices (id INTEGER PRIMARY KEY, tenant_id TEXT NOT NULL, total INTEGER);
+         ALTER TABLE hare_outbox ADD COLUMN tenant TEXT;",
+    )
+    .await;
+    ChangeCapture::new("invoices")
+        .with_payload(ChangePayload::Keys)
+        .with_extra_from_row("tenant", "tenant_id")
+        .install(&outbox)
+        .await
+        .unwrap();
+    let backend = outbox.backend();
+    let mut tx = backend.begin().await.unwrap();
+    outbox
+        .set_context(&mut tx, json!({"author": "eve"}))
+        .await
+        .unwrap();
+    backend.rollback(tx).await.unwrap();
+
+    let mut tx = backend.begin().await.unwrap();
+    let ann = json!({"author": "ann", "traceparent": "00-ab-cd-01"});
+    outbox.set_context(&mut tx, ann.clone()).await.unwrap();
+    H::execute_on(
+        &mut tx,
+        "INSERT INTO invoices VALUES (1, 'acme', 10), (2, 'globex', 20); SAVEPOINT s",
+    )
+    .await;
+    outbox
+        .set_context(&mut tx, json!({"author": "bob"}))
+        .await
+        .unwrap();
+    H::execute_on(
+        &mut tx,
+        "ROLLBACK TO SAVEPOINT s; DELETE FROM invoices WHERE id = 2",
+    )
+    .await;
+    outbox.clear_context(&mut tx).await.unwrap();
+    H::execute_on(&mut tx, "UPDATE invoices SET total = 11 WHERE id = 1").await;
+    backend.commit(tx).await.unwrap();
+    h.execute("UPDATE invoices SET total = 12 WHERE id = 1")
+        .await;
+
+    let headers: Vec<Value> = events(&outbox)
+        .await
+        .into_iter()
+        .map(|e| e.headers)
+        .collect();
+    assert_eq!(
+        headers,
+        [ann.clone(), ann.clone(), ann, json!({}), json!({})]
+    );
+    let tenant = |name: &str| format!("SELECT count(*) FROM hare_outbox WHERE tenant = '{name}'");
+    assert_eq!(h.scalar(&tenant("acme")).await, 3);
+    assert_eq!(h.scalar(&tenant("globex")).await, 2);
+    for bad in [json!(["x"]), json!({"": 1})] {
+        let e = outbox
+            .set_context(&mut *h.acquire().await, bad)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Validation { .. }), "{e}");
+    }
+}

@@ -134,6 +134,8 @@ macro_rules! suite {
                 retrying_a_dead_letter_releases_its_key,
             ],
             capture: [
+                changes_mode_writes_the_journal_with_the_author,
+                context_headers_and_tenant_from_the_row,
                 a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256,
                 envelope_of_insert_update_delete,
                 events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers,
