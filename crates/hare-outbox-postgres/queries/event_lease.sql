@@ -1,4 +1,4 @@
--- Lease the next batch (docs/state_machine.md; DESIGN §7 steps 1-2) in one statement.
+-- Lease the next batch (docs/state_machine.md) in one statement.
 -- $1 the clock (NULL = the database's now()), $2 lease seconds, $3 leased_by, $4 the key cursor
 -- (the last ordering key this relay leased; '' to start), $5..$9 the topic filter: every topic?,
 -- included names, included prefixes, excluded names, excluded prefixes.

@@ -1,6 +1,7 @@
-//! Change capture by triggers on a real PostgreSQL server (DESIGN §6; seed 001 § ChangeCapture):
-//! the envelope and payload modes, transaction context, every kind of write the database does,
-//! per-row order under concurrent writers, install checks, status and drift.
+//! Change capture by triggers on a real PostgreSQL server, beyond the shared suite
+//! (`hare_outbox_testkit::conformance::capture`): composite keys, every kind of write the
+//! database does (cascades, upserts, multi-row statements), failed statements and savepoints,
+//! drift of types and disabled triggers, quoting, other schemas, outbox-shaped tables.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

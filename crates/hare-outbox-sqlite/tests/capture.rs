@@ -1,6 +1,7 @@
-//! Change capture by triggers on real SQLite files (DESIGN §6; seed 001 § ChangeCapture): the
-//! envelope, the JSON form of each storage class and declared type, transaction context, every
-//! kind of write, per-row order, install checks, status and drift.
+//! Change capture by triggers on real SQLite files, beyond the shared suite
+//! (`hare_outbox_testkit::conformance::capture`): the JSON form of each storage class and declared
+//! type, every kind of write, failed statements and savepoints, quoting, NOTIFY refused, trigger
+//! counts and SQLite's own refusals.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,6 @@
 //! Conformance suites every database backend runs: public async functions generic over
 //! [`Backend`](hare_outbox_core::Backend), called from a backend's own `#[tokio::test]` functions
-//! with an outbox on that backend's test database (DESIGN §2). What the public API cannot do — set
+//! with an outbox on that backend's test database. What the public API cannot do — set
 //! timestamps directly, store a payload in a chosen form — the backend's test supplies through
 //! [`RowEditor`] with its own SQL, so no backend's SQL lives here.
 
@@ -25,7 +25,7 @@ pub mod statements;
 
 pub use harness::{Cell, EventState, Harness};
 
-/// A timestamp column of the outbox table (DESIGN §4) a suite sets directly.
+/// A timestamp column of the outbox table a suite sets directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeColumn {
     /// `created_at`.
