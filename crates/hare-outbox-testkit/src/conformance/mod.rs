@@ -1,8 +1,10 @@
-//! Conformance suites every database backend runs: public async functions generic over
-//! [`Backend`](hare_outbox_core::Backend), called from a backend's own `#[tokio::test]` functions
-//! with an outbox on that backend's test database. What the public API cannot do — set
-//! timestamps directly, store a payload in a chosen form — the backend's test supplies through
-//! [`RowEditor`] with its own SQL, so no backend's SQL lives here.
+//! The conformance suite every database backend runs: each scenario is a public async function
+//! generic over [`Harness`], which opens a fresh isolated database of the backend under test and
+//! edits rows in its SQL dialect, so no backend's SQL lives here. A backend's
+//! `tests/conformance.rs` implements [`Harness`] and invokes [`suite!`](crate::suite), which
+//! generates one `#[tokio::test]` per scenario; `docs/architecture.md` describes it as the
+//! checklist of a new backend. The journal and runs scenarios take an outbox (and a
+//! [`RowEditor`], which every [`Harness`] is) and are called the same way.
 
 use std::future::Future;
 
