@@ -249,6 +249,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"
   cargo install cargo-nextest --locked
 fi
+if ! cargo hack --version >/dev/null 2>&1; then
+  say "installing cargo-hack"
+  cargo install cargo-hack --locked
+fi
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
@@ -258,3 +262,7 @@ say "cargo nextest run"
 cargo nextest run --workspace --all-features --no-fail-fast
 say "cargo test --doc"
 cargo test --doc --workspace --all-features
+say "cargo doc"
+RUSTDOCFLAGS="-D rustdoc::broken-intra-doc-links" cargo doc --workspace --no-deps --all-features
+say "cargo hack check --each-feature"
+cargo hack check --each-feature -p hare-outbox

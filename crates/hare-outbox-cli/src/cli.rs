@@ -1,5 +1,9 @@
 //! The command line: global options and subcommands.
 
+// These doc comments are clap's help text: `[backlog]`, `[relay]` and the like name sections of
+// the config file, not Rust items, and a backslash to escape them would show in `--help`.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};

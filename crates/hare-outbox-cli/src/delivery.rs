@@ -1,5 +1,5 @@
 //! `[delivery]`, `[deliveries.NAME]`, `[[route]]` and `default_delivery`: where the relay sends
-//! events (DESIGN §9, §11; seed 001 § Доставки, § TopicRouter).
+//! events.
 //!
 //! One delivery: a `[delivery]` section. Several: named `[deliveries.NAME]` sections (same keys
 //! as `[delivery]`), `[[route]]` entries sending topics to them, and a default — the `[delivery]`

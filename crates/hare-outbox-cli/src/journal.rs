@@ -1,5 +1,5 @@
 //! `events`, `backlog`, `dead-letters retry|cleanup` and `cleanup`: the outbox read and tended as
-//! the journal of the system (seed 000, DESIGN §10 and §11), through
+//! the journal of the system, through
 //! [`Journal`](hare_outbox::Journal).
 //!
 //! Every value is checked before connecting, so a mistake is exit code 2 with nothing read or
@@ -674,8 +674,7 @@ fn age_text(seconds: f64) -> String {
 // dead-letters retry
 
 /// `hare-outbox dead-letters retry`: returns the dead letters chosen by `--topic`/`--id` (or
-/// every one with `--all`) to the queue with their attempts reset (seed 001 § «Мёртвые» события,
-/// очередь и очистка); prints how many.
+/// every one with `--all`) to the queue with their attempts reset; prints how many.
 ///
 /// # Errors
 /// A usage error, before connecting, when no filter and no `--all` is given or a topic is

@@ -1,4 +1,4 @@
-//! `serve` and `relay --http`: the dashboard (DESIGN §10), `/metrics` and `/healthz` on one
+//! `serve` and `relay --http`: the dashboard, `/metrics` and `/healthz` on one
 //! address, bound to loopback unless `--allow-remote` (or `[dashboard] allow_remote`) says
 //! otherwise.
 //!

@@ -1,5 +1,4 @@
-//! `[wakeup]`: how a relay learns of new events before its poll interval is up (DESIGN §8, §11;
-//! seed 001 § Будильники).
+//! `[wakeup]`: how a relay learns of new events before its poll interval is up.
 //!
 //! Kinds: `none`, `listen_notify` (PostgreSQL only), `redis`, `nats`, `rabbitmq`, `kafka`. Writers
 //! that use the same kind and channel (subject, exchange, topic) wake the relay after their

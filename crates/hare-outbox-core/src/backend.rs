@@ -72,7 +72,7 @@ pub struct Inserted {
     pub created: bool,
 }
 
-/// Lease the next batch (DESIGN §7 steps 1–2; `docs/state_machine.md`).
+/// Lease the next batch.
 ///
 /// The batch holds, per ordering key, an ordered run: the key's head (its first undelivered
 /// event) and up to `max_events_per_key - 1` of its next events, in sequence order, stopping
@@ -227,7 +227,7 @@ pub struct BacklogParams {
     pub now: DateTime<Utc>,
 }
 
-/// The queue's state, for health checks (seed 001 § «Мёртвые» события, очередь и очистка).
+/// The queue's state, for health checks.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Backlog {
     /// Events still to deliver (neither published nor dead-lettered).
@@ -455,7 +455,7 @@ impl EventMarkFailedParams {
     }
 }
 
-/// Install (or replace) one change capture (DESIGN §6): the validated plan of a
+/// Install (or replace) one change capture: the validated plan of a
 /// [`ChangeCapture`](crate::capture::ChangeCapture). The backend checks it against the catalog
 /// (unknown columns, the outbox table itself, a missing primary key) before creating anything.
 #[derive(Debug, Clone)]
@@ -609,7 +609,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
         )))
     }
 
-    /// One page of the journal (DESIGN §10): events matching `query`'s filters, from its cursor,
+    /// One page of the journal: events matching `query`'s filters, from its cursor,
     /// at most `query.limit` of them; newest first unless the cursor is
     /// [`Cursor::After`](crate::journal::Cursor::After) (oldest first). Keyset pagination on
     /// `sequence`: no OFFSET, every page costs about the same.

@@ -1,6 +1,5 @@
 //! Change capture by database triggers: the declaration, its validation, and the transaction
-//! context that captured events carry as headers (seed 001 § ChangeCapture, § Объявление,
-//! § Режимы payload и конверт, § ChangeExtension; DESIGN §6).
+//! context that captured events carry as headers.
 //!
 //! A [`ChangeCapture`] names one table and says what its trigger writes. Installing it
 //! ([`ChangeCapture::install`]) creates, in one transaction, a row trigger that writes one outbox
@@ -29,9 +28,9 @@
 //!
 //! An update that changes none of the captured columns writes no event.
 //!
-//! A trigger cannot call Rust, so what the seed's `extend` adds comes from the database:
+//! A trigger cannot call Rust, so what hare's `extend` adds comes from the database:
 //! [`Outbox::set_context`] stores headers for the current transaction, which every captured event
-//! of that transaction carries (the author shown in the "who" column of seed 000), and
+//! of that transaction carries (the author shown in the journal's "who" column), and
 //! [`ChangeCapture::with_extra_from_row`] copies a row column (a tenant) into an outbox column.
 
 use std::collections::BTreeMap;
@@ -82,7 +81,7 @@ pub const DEFAULT_NOTIFY_CHANNEL: &str = "hare_outbox";
 /// 255 characters in all.
 pub const LONG_KEY_PREFIX_CHARS: usize = MAX_KEY_CHARS - 65;
 
-/// A row operation a capture writes events for (seed 001 § Объявление, `operations`).
+/// A row operation a capture writes events for.
 ///
 /// Written in configuration files as `"insert"`, `"update"`, `"delete"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -137,7 +136,7 @@ impl fmt::Display for RowOperation {
     }
 }
 
-/// What an event holds of its row (seed 001 § Режимы payload и конверт).
+/// What an event holds of its row.
 ///
 /// Written in configuration files as `"keys"`, `"after"`, `"before_and_after"`, `"changes"` (the
 /// seed's upper-case names are accepted too). Defaults to [`ChangePayload::After`].
@@ -149,7 +148,7 @@ impl fmt::Display for RowOperation {
 /// | `BeforeAndAfter` | `after` = new row | both rows | `before` = old row |
 /// | `Changes` | `after` = new row | both, limited to `changed` | `before` = old row |
 ///
-/// `Changes` is the journal form of seed 000: `before` is the "from" of each changed column.
+/// `Changes` is the journal form: `before` is the "from" of each changed column.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangePayload {
@@ -170,7 +169,7 @@ pub enum ChangePayload {
 }
 
 /// Declares the capture of one table: which operations write events, what they hold, their
-/// topic and ordering key (seed 001 § Захват изменений модели: ChangeCapture, § Объявление).
+/// topic and ordering key.
 ///
 /// Built in code with [`ChangeCapture::new`] and the `with_*` methods, or read from a
 /// configuration table (every field has a serde form; unknown keys are refused):
@@ -253,7 +252,7 @@ pub struct ChangeCapture {
     /// [`DEFAULT_NOTIFY_CHANNEL`], `false` none.
     ///
     /// Off by default: PostgreSQL serializes the commits of notifying transactions, which costs
-    /// concurrent writers a large share of their throughput (DESIGN §8, BENCHMARKS.md); without
+    /// concurrent writers a large share of their throughput; without
     /// it captured events are found by the relay's next poll. Defaults to `None`.
     #[serde(
         default,
@@ -387,14 +386,14 @@ impl ChangeCapture {
         self
     }
 
-    /// Sets [`ChangeCapture::fields`] and clears `exclude` (as the seed's `replace` does).
+    /// Sets [`ChangeCapture::fields`] and clears `exclude` (as hare's `replace` does).
     pub fn with_fields<S: Into<String>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
         self.fields = Some(fields.into_iter().map(Into::into).collect());
         self.exclude.clear();
         self
     }
 
-    /// Sets [`ChangeCapture::exclude`] and clears `fields` (as the seed's `replace` does).
+    /// Sets [`ChangeCapture::exclude`] and clears `fields` (as hare's `replace` does).
     pub fn with_exclude<S: Into<String>>(mut self, exclude: impl IntoIterator<Item = S>) -> Self {
         self.exclude = exclude.into_iter().map(Into::into).collect();
         self.fields = None;
@@ -426,7 +425,7 @@ impl ChangeCapture {
     }
 
     /// A copy with some options replaced, given in their configuration form (a JSON object with
-    /// the keys of the serde form; the seed's `replace(**options)`). `fields` replaces `exclude`
+    /// the keys of the serde form; hare's `replace(**options)`). `fields` replaces `exclude`
     /// and the other way round; `self` is unchanged. Useful to derive the capture of one table
     /// from a shared declaration: `base.replace(json!({"table": "accounts", "exclude": ["token"]}))`.
     ///
@@ -1071,7 +1070,7 @@ impl CaptureStatus {
 impl<B: Backend> Outbox<B> {
     /// Stores `headers` (a JSON object) as the context of the transaction on `conn` (`&mut *tx`):
     /// every event a capture trigger writes in that transaction carries them, merged into its
-    /// headers — the author of a change (seed 000's "who"), a trace id. A later call replaces the
+    /// headers — the author of a change, a trace id. A later call replaces the
     /// context; [`clear_context`](Self::clear_context) removes it. Events written by
     /// [`enqueue`](Self::enqueue) are not affected.
     ///
@@ -1243,7 +1242,7 @@ mod tests {
             config_error(&ChangeCapture::new("t").with_extra_from_row("topic", "x"))
                 .contains("relay own")
         );
-        // The builders replace one with the other, as the seed's replace() does.
+        // The builders replace one with the other, as hare's replace() does.
         let c = ChangeCapture::new("t")
             .with_exclude(["a"])
             .with_fields(["b"]);

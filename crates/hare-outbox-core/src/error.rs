@@ -1,4 +1,4 @@
-//! The error types of hare-outbox (DESIGN §12).
+//! The error types of hare-outbox.
 
 use std::error::Error as StdError;
 
@@ -79,7 +79,7 @@ impl Error {
 }
 
 /// Why one event was not delivered. The relay records it as the event's `last_error`, retries the
-/// event with backoff and dead-letters it when its attempts run out (seed 001 § Исключения).
+/// event with backoff and dead-letters it when its attempts run out.
 ///
 /// A delivery only reports; retries and dead letters belong to the relay.
 #[derive(Debug, thiserror::Error)]

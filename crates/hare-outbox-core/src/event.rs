@@ -1,4 +1,4 @@
-//! The stored outbox event (seed 001 § Модель outbox).
+//! The stored outbox event.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,8 @@ pub const TOPIC_HEADER: &str = "hare-outbox-topic";
 
 /// One row of an outbox table, as stored.
 ///
-/// Column meanings follow seed 001 § Модель outbox, so a table written by hare reads the same.
+/// Column meanings follow hare's table, so a table written by hare reads the
+/// same; `docs/state_machine.md` tells how they make an event's state.
 /// Backends build it with a struct literal from a row (no `#[non_exhaustive]` for that reason;
 /// there is no `new_stored` constructor).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

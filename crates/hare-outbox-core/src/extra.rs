@@ -1,5 +1,4 @@
-//! Extra columns of an outbox table: a tenant, a foreign key, a JSON result column
-//! (seed 001 § Колонки подкласса: extra_field_values=).
+//! Extra columns of an outbox table: a tenant, a foreign key, a JSON result column.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -8,7 +7,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 
 /// Columns enqueue and the relay own; an extra column may not take one of these names, and a
-/// message may not set them (seed 001 § enqueue(): arguments are checked before writing).
+/// message may not set them (arguments are checked before writing).
 pub const OWNED_COLUMNS: &[&str] = &[
     "sequence",
     "id",

@@ -1,4 +1,4 @@
-//! The consumer-side inbox: at-least-once delivery becomes an exactly-once effect (DESIGN §9.9).
+//! The consumer-side inbox: at-least-once delivery becomes an exactly-once effect.
 //!
 //! A consumer records each received event id in its own transaction, together with the work the
 //! event causes; a redelivered event finds its id recorded and is skipped. Receivers of webhooks

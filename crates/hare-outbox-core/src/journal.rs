@@ -1,4 +1,4 @@
-//! The outbox read as the journal of what happened in the system (seed 000, DESIGN §10): listing
+//! The outbox read as the journal of what happened in the system: listing
 //! events with filters and keyset pagination, a timeline for charts, and the operator's actions on
 //! dead letters and finished events.
 //!
@@ -53,7 +53,7 @@ pub const MAX_FILTER_LENGTH: usize = 255;
 /// The most buckets one timeline may have.
 pub const MAX_TIMELINE_BUCKETS: u32 = 1440;
 
-/// The header whose value the journal shows as "who" (seed 000) and filters by author. Captured
+/// The header whose value the journal shows as "who" and filters by author. Captured
 /// events get it from [`Outbox::set_context`](crate::Outbox::set_context) (`{"author": "…"}`).
 pub const AUTHOR_HEADER: &str = "author";
 
@@ -71,7 +71,7 @@ pub enum Cursor {
 }
 
 /// Which captured object an event is about: the capture envelope's `model` and, optionally, its
-/// `pk` (seed 000's "object" column, `sales_orders #22`).
+/// `pk`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRef {
     /// The envelope's `model` (the capture's label; the table name by default).
@@ -470,9 +470,8 @@ impl<B: Backend> Journal<B> {
         self.backend.backlog(&self.table, &params).await
     }
 
-    /// Returns dead letters to the queue with their attempts reset (seed 001 § «Мёртвые»
-    /// события): those of `topics` (empty = every topic) and, when `ids` is not empty, only those
-    /// ids. Returns how many.
+    /// Returns dead letters to the queue with their attempts reset: those of `topics` (empty =
+    /// every topic) and, when `ids` is not empty, only those ids. Returns how many.
     ///
     /// # Errors
     /// [`Error::Configuration`] for a malformed pattern; [`Error::Database`] when the update fails.
@@ -488,9 +487,9 @@ impl<B: Backend> Journal<B> {
     }
 
     /// Deletes finished events (`state`) of `topics` finished more than `older_than` ago, in
-    /// batches of `batch_size` rows, each its own short statement (seed 001 § «Мёртвые» события,
-    /// очередь и очистка); after every full batch calls `progress` with the rows deleted so far,
-    /// which may stop it. Returns how many rows went and whether it was stopped.
+    /// batches of `batch_size` rows, each its own short statement; after every full batch calls
+    /// `progress` with the rows deleted so far, which may stop it. Returns how many rows went and
+    /// whether it was stopped.
     ///
     /// # Errors
     /// [`Error::Validation`] when `batch_size` is 0 or `older_than` reaches before the year 1;

@@ -1,4 +1,4 @@
-//! One declared outbox table and the enqueue calls (seed 001 § enqueue(), § enqueue_many()).
+//! One declared outbox table and the enqueue calls.
 
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ impl<B: Backend> Outbox<B> {
     }
 
     /// Signals `wakeup` after every [`OutboxTransaction`] commit that wrote events; relays of this
-    /// outbox subscribe to the same object (seed 001 § Будильники: one object for both sides).
+    /// outbox subscribe to the same object.
     ///
     /// # Errors
     /// [`Error::Configuration`] when the wake-up cannot work with this backend
@@ -100,7 +100,7 @@ impl<B: Backend> Outbox<B> {
     /// outside a transaction it commits at once. Every argument is checked before anything is
     /// written. With an idempotency key that is already stored (committed, or written earlier in
     /// this transaction), nothing is written and the stored event is returned unchanged — its own
-    /// topic and payload — without an error (seed 001 § idempotency_key=). On PostgreSQL a
+    /// topic and payload — without an error. On PostgreSQL a
     /// concurrent transaction holding the same uncommitted key makes this call wait for it; if that
     /// transaction rolls back, this call writes its own event.
     ///
@@ -126,8 +126,7 @@ impl<B: Backend> Outbox<B> {
         Ok(self.insert(conn, message).await?.event)
     }
 
-    /// Writes several events on `conn` and returns them in the given order (seed 001 §
-    /// enqueue_many()).
+    /// Writes several events on `conn` and returns them in the given order.
     ///
     /// Every message is checked as for [`Outbox::enqueue`] before anything is written. The events
     /// are written in one savepoint of the caller's transaction (a transaction of its own on a
@@ -157,7 +156,7 @@ impl<B: Backend> Outbox<B> {
     }
 
     /// Begins a transaction on the backend's pool that sends one wake-up signal per written topic
-    /// after its COMMIT, never after a rollback (seed 001 § Будильники). Run your own statements
+    /// after its COMMIT, never after a rollback. Run your own statements
     /// through it (`&mut *tx` is the connection) and enqueue with [`OutboxTransaction::enqueue`].
     ///
     /// # Errors

@@ -25,7 +25,7 @@ pub struct OutboxTable {
     idempotency_scope: IdempotencyScope,
 }
 
-/// Which unique constraint covers the idempotency key (seed 001 § idempotency_key=).
+/// Which unique constraint covers the idempotency key.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -73,7 +73,7 @@ impl OutboxTable {
         })
     }
 
-    /// Adds an extra column (seed 001 § Колонки подкласса). Messages set it with
+    /// Adds an extra column. Messages set it with
     /// `OutboxMessage::extra`; events carry it in `OutboxEvent::extra`.
     ///
     /// # Errors

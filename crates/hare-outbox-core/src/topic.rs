@@ -1,4 +1,4 @@
-//! Topic filters of a relay: exact names and `prefix*` patterns (seed 001 § Один опрос, `topics`).
+//! Topic filters of a relay: exact names and `prefix*` patterns.
 
 use crate::error::{Error, Result};
 

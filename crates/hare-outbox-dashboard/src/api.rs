@@ -474,7 +474,7 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes, shape: &str) -> Result<T,
     })
 }
 
-/// Returns dead letters to the queue with their attempts reset (seed 001 § «Мёртвые» события):
+/// Returns dead letters to the queue with their attempts reset:
 /// those named by `ids`, or every dead letter of `topics`, or both narrowed together. Needs the
 /// token.
 #[utoipa::path(

@@ -12,7 +12,7 @@ pub enum Error {
     /// An option is out of range; the message names the value and what is allowed.
     #[error("dashboard configuration error: {0}")]
     Configuration(String),
-    /// The address is not loopback and remote access was not allowed (DESIGN §10).
+    /// The address is not loopback and remote access was not allowed.
     #[error(
         "refusing to serve the dashboard on {addr}: it is not a loopback address; bind 127.0.0.1 \
          (or ::1), or allow remote access explicitly (DashboardOptions::with_allow_remote) behind \

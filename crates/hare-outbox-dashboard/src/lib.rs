@@ -1,4 +1,4 @@
-//! The hare-outbox dashboard (DESIGN §10, seed 000): the outbox read as the journal of the
+//! The hare-outbox dashboard: the outbox read as the journal of the
 //! system, as an [`axum::Router`] you serve yourself or with [`Dashboard::serve`].
 //!
 //! What it serves:
@@ -17,7 +17,7 @@
 //! | `GET /metrics` | Prometheus text from the configured exporter handle |
 //! | `GET /healthz` | 200 when the database answers (within 3 s) and the backlog thresholds hold, else 503 |
 //!
-//! Security (DESIGN §10):
+//! Security:
 //! - [`Dashboard::bind`] and [`Dashboard::serve`] refuse an address other than loopback unless
 //!   [`DashboardOptions::with_allow_remote`] says otherwise. Without it, [`Dashboard::serve`]
 //!   also answers 421 to a request whose `Host` is not a loopback name, so a web page re-pointing
@@ -171,7 +171,7 @@ impl<B: Backend> Dashboard<B> {
     ///
     /// # Errors
     /// - [`Error::Remote`] when `addr` is not a loopback address (127.0.0.0/8, `::1`) and
-    ///   [`DashboardOptions::with_allow_remote`] was not set (DESIGN §10: 127.0.0.1 by default).
+    ///   [`DashboardOptions::with_allow_remote`] was not set.
     /// - [`Error::Io`] when the address cannot be bound (in use, no permission).
     pub async fn bind(&self, addr: SocketAddr) -> Result<TcpListener> {
         self.check_address(addr)?;

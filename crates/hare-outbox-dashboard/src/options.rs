@@ -69,7 +69,7 @@ pub struct DashboardOptions {
     pub title: String,
     /// Whether [`Dashboard::bind`](crate::Dashboard::bind) and
     /// [`Dashboard::serve`](crate::Dashboard::serve) accept an address other than loopback.
-    /// Defaults to `false` (DESIGN §10).
+    /// Defaults to `false`.
     pub allow_remote: bool,
 }
 

@@ -50,7 +50,7 @@ impl EventStatusView {
     }
 }
 
-/// One event of the journal, as `GET /api/events` returns it (seed 000's columns and more).
+/// One event of the journal, as `GET /api/events` returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventView {
     /// № — the delivery order, given by the database.
@@ -139,7 +139,7 @@ pub(crate) fn changes(payload: &Value) -> Vec<Change> {
         return Vec::new();
     };
     let before = payload.get("before").and_then(Value::as_object);
-    // seed 000's own journal writes the old values under `from`.
+    // The original hare journal writes the old values under `from`.
     let before = before.or_else(|| payload.get("from").and_then(Value::as_object));
     let after = payload.get("after").and_then(Value::as_object);
     changed

@@ -1,6 +1,5 @@
-//! How long the dashboard takes to answer on a large journal (DESIGN §10: keyset pagination that
-//! stays fast on millions of rows). Ignored by default because filling the table takes minutes;
-//! run it without the test runner's time limit:
+//! How long the dashboard takes to answer on a large journal. Ignored by default because filling
+//! the table takes minutes; run it without the test runner's time limit:
 //!
 //! ```sh
 //! cargo test -p hare-outbox-dashboard --all-features --test page_time -- --ignored --nocapture

@@ -1,4 +1,4 @@
-//! `KafkaDelivery`: events produced to Kafka topics (seed 001 § Доставки, DESIGN §9.1).
+//! `KafkaDelivery`: events produced to Kafka topics.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -17,7 +17,7 @@ use crate::{check_bootstrap, invalid_topic_reason, millis};
 /// another: 10 s, below the relay's default delivery timeout of 30 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Delivers events to Kafka (seed 001 § Доставки, `KafkaDelivery`; DESIGN §9.1).
+/// Delivers events to Kafka.
 ///
 /// Each event becomes one Kafka message:
 ///
@@ -126,7 +126,7 @@ impl KafkaDelivery {
     }
 
     /// Like [`new`](Self::new) with a producer you built yourself, e.g. with TLS or SASL settings
-    /// (seed 001: `KafkaDelivery(producer=...)`). Its settings are used as they are: set
+    /// (as `KafkaDelivery(producer=...)` of the original). Its settings are used as they are: set
     /// `acks=all` and `enable.idempotence=true` yourself, and a `message.timeout.ms` below the
     /// relay's delivery timeout.
     pub fn from_producer(producer: FutureProducer) -> Self {
@@ -139,8 +139,8 @@ impl KafkaDelivery {
         }
     }
 
-    /// Produces every event to the Kafka topic `name` instead of the topic named like its topic
-    /// (seed 001: `topic=`). Unset by default.
+    /// Produces every event to the Kafka topic `name` instead of the topic named like its topic.
+    /// Unset by default.
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the value when `name` is not a valid Kafka topic name.

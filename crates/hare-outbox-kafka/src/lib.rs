@@ -1,5 +1,4 @@
-//! Kafka for hare-outbox: the Kafka delivery and the Kafka signal-topic wake-up (seed 001
-//! § Доставки `KafkaDelivery`, § Будильники `KafkaWakeup`; DESIGN §8, §9.1).
+//! Kafka for hare-outbox: the Kafka delivery and the Kafka signal-topic wake-up.
 //!
 //! - [`KafkaDelivery`] produces every event to a Kafka topic — the configured one or, by default,
 //!   the topic named like the event's topic — keyed by the ordering key, with the event headers as

@@ -1,4 +1,4 @@
-//! `KafkaWakeup`: wake-up signals through a Kafka signal topic (seed 001 § Будильники, DESIGN §8).
+//! `KafkaWakeup`: wake-up signals through a Kafka signal topic.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,7 +30,7 @@ const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one admin or metadata request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Wakes relays through a Kafka signal topic (seed 001 § Будильники, `KafkaWakeup`; DESIGN §8).
+/// Wakes relays through a Kafka signal topic.
 ///
 /// Pass the same object (or a clone: clones share everything) to
 /// [`Outbox::with_wakeup`](hare_outbox_core::Outbox::with_wakeup): every
@@ -114,7 +114,7 @@ impl KafkaWakeup {
     }
 
     /// Like [`new`](Self::new) with client settings of your own (TLS, SASL, …), used for the
-    /// admin client, the producer and the consumers alike (seed 001: `KafkaWakeup(config=...)`).
+    /// admin client, the producer and the consumers alike (as `KafkaWakeup(config=...)`).
     /// It must set `bootstrap.servers`; a `group.id` in it is replaced.
     ///
     /// # Errors
@@ -153,7 +153,7 @@ impl KafkaWakeup {
         }
     }
 
-    /// Signals through the topic `name` instead of [`DEFAULT_TOPIC`] (seed 001: `topic=`); use
+    /// Signals through the topic `name` instead of [`DEFAULT_TOPIC`]; use
     /// one signal topic per outbox table when several share a cluster, so their relays do not
     /// wake each other.
     ///

@@ -1,4 +1,4 @@
-//! `MqttDelivery`: events published with QoS 1 (seed 001 § Доставки, DESIGN §9.6).
+//! `MqttDelivery`: events published with QoS 1.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::connection::Session;
 /// How long one call may take unless [`MqttDelivery::with_timeout`] sets another: 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Delivers events to an MQTT broker with QoS 1 (seed 001 § Доставки; DESIGN §9.6).
+/// Delivers events to an MQTT broker with QoS 1.
 ///
 /// # Topic
 /// The MQTT topic is the event's topic with every `.` replaced by `/`, after the prefix set by

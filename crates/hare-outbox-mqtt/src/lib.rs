@@ -1,4 +1,4 @@
-//! MQTT for hare-outbox: the MQTT delivery, QoS 1 (seed 001 § Доставки; DESIGN §9.6).
+//! MQTT for hare-outbox: the MQTT delivery, QoS 1.
 //!
 //! [`MqttDelivery`] publishes every event as one MQTT message with QoS 1 ("at least once") and
 //! reports success only after the broker acknowledged it (`PUBACK`). The MQTT topic is the event's

@@ -1,4 +1,4 @@
-//! `NatsDelivery`: events published to NATS JetStream (DESIGN §9.5).
+//! `NatsDelivery`: events published to NATS JetStream.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ pub const ORDERING_KEY_HEADER: &str = "hare-outbox-ordering-key";
 /// Publishes of one batch in flight at once; the next ones wait for these acknowledgements.
 const ACK_WINDOW: usize = 1000;
 
-/// Delivers events to NATS JetStream (DESIGN §9.5).
+/// Delivers events to NATS JetStream.
 ///
 /// Each event becomes one JetStream message:
 /// - subject: the event's topic, or the prefix set by [`with_subject_prefix`](Self::with_subject_prefix)

@@ -1,6 +1,4 @@
-//! NATS for hare-outbox: the JetStream delivery and the NATS wake-up (DESIGN §8, §9.5; the seed's
-//! deliveries and wake-ups, § Доставки and § Будильники, have no NATS entry — these follow the
-//! same rules).
+//! NATS for hare-outbox: the JetStream delivery and the NATS wake-up.
 //!
 //! - [`NatsDelivery`] publishes every event to JetStream, on the subject named like its topic, with
 //!   `Nats-Msg-Id` set to the event id so that the stream drops the duplicates at-least-once

@@ -1,4 +1,4 @@
-//! `NatsWakeup`: wake-up signals over a core NATS subject (DESIGN §8).
+//! `NatsWakeup`: wake-up signals over a core NATS subject.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ pub const DEFAULT_SUBJECT: &str = "hare_outbox";
 /// How long connecting the publishing client may take.
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Wakes relays through a core NATS subject (DESIGN §8: "NATS subject").
+/// Wakes relays through a core NATS subject.
 ///
 /// Pass the same object (or a clone: clones share everything) to
 /// [`Outbox::with_wakeup`](hare_outbox_core::Outbox::with_wakeup): every

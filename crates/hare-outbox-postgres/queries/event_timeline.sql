@@ -1,4 +1,4 @@
--- The counts of a journal timeline (DESIGN §10): per bucket, events created, published and
+-- The counts of a journal timeline: per bucket, events created, published and
 -- dead-lettered in it, and the events leaving the backlog in it.
 -- $1 the bucket edges: since, the start of every later bucket, then until (ascending), $2 since,
 -- $3 until. width_bucket finds a time's bucket by binary search over the edges: 0 before since

@@ -1,4 +1,4 @@
--- The delivery latency of a journal timeline (DESIGN §10): per bucket with published events,
+-- The delivery latency of a journal timeline: per bucket with published events,
 -- the median, 95th percentile (interpolated, percentile_cont) and largest of
 -- published_at - created_at, in milliseconds.
 -- $1 the bucket edges as in event_timeline.sql, $2 since, $3 until.

@@ -1,8 +1,8 @@
 //! Change capture on PostgreSQL: one PL/pgSQL trigger function per captured table, generated at
 //! install from the catalog (`pg_attribute`, `pg_type`, `pg_range`), so each column gets the
-//! exact JSON form of its type and the trigger does no catalog work per row (DESIGN §6).
+//! exact JSON form of its type and the trigger does no catalog work per row.
 //!
-//! JSON forms (seed 001 § Режимы payload и конверт), per column type:
+//! JSON forms, per column type:
 //!
 //! | type | JSON |
 //! |---|---|
@@ -128,7 +128,7 @@ fn render(template: &str, values: &[(&str, String)]) -> String {
 /// How a value of one type becomes JSON.
 #[derive(Debug, Clone, PartialEq)]
 enum Form {
-    /// `to_jsonb` already writes the seed's form.
+    /// `to_jsonb` already writes hare's form.
     Plain,
     Numeric,
     TimestampTz,

@@ -1,4 +1,4 @@
-//! The journal's reads (DESIGN §10, seed 000): a page of events with filters and keyset
+//! The journal's reads: a page of events with filters and keyset
 //! pagination, and the timeline of the dashboard's charts.
 
 use chrono::{DateTime, Utc};

@@ -761,7 +761,7 @@ fn bind_topics<'q>(
 
 /// The stored events for the idempotency keys of `params`, in order (`None` where this
 /// transaction cannot see the row). With a tenant column and keys unique across the table, a key
-/// held by another tenant's event is an integrity error (seed 001 § idempotency_key=).
+/// held by another tenant's event is an integrity error.
 async fn stored_by_keys(
     db: exec::Db<'_>,
     conn: &mut PgConnection,

@@ -5,24 +5,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use hare_outbox_core::{ColumnType, IdempotencyScope, OutboxTable};
 
-/// The columns every statement returns, in this order.
-pub(crate) const COLUMNS: &[&str] = &[
-    "sequence",
-    "id",
-    "topic",
-    "payload",
-    "headers",
-    "ordering_key",
-    "idempotency_key",
-    "created_at",
-    "attempts",
-    "last_error",
-    "next_attempt_at",
-    "lease_until",
-    "leased_by",
-    "published_at",
-    "dead_lettered_at",
-];
+/// The columns every statement returns, in this order: the outbox-owned columns of the core,
+/// the one list every backend shares.
+pub(crate) const COLUMNS: &[&str] = hare_outbox_core::capture::OUTBOX_OWNED_COLUMNS;
 
 /// Every statement, rendered for one table.
 pub(crate) struct Statements {

@@ -1,4 +1,4 @@
-//! PostgreSQL LISTEN/NOTIFY wake-up (seed 001 § Будильники: ListenNotifyWakeup).
+//! PostgreSQL LISTEN/NOTIFY wake-up.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use crate::capture::quote_literal;
 use crate::error::translate;
 
-/// The default channel, shared with hare (seed 001 § Будильники).
+/// The default channel, shared with hare.
 pub const DEFAULT_CHANNEL: &str = "hare_outbox";
 
 /// Consecutive failed LISTEN attempts after which the listener logs an ERROR; it goes on
@@ -41,7 +41,7 @@ pub enum NotifyMode {
         coalesce: Duration,
     },
     /// NOTIFY inside the writing transaction, one per topic, delivered by PostgreSQL at commit and
-    /// never for a rollback — every `enqueue` signals, in any transaction (seed 001's behaviour).
+    /// never for a rollback — every `enqueue` signals, in any transaction.
     /// PostgreSQL serializes the commits of notifying transactions, which costs concurrent writers
     /// a large share of their throughput (see BENCHMARKS.md).
     InTransaction,

@@ -1,20 +1,15 @@
-//! Change capture by triggers on a real PostgreSQL server (DESIGN §6; seed 001 § ChangeCapture):
-//! the envelope and payload modes, transaction context, every kind of write the database does,
-//! per-row order under concurrent writers, install checks, status and drift.
+//! Change capture by triggers on a real PostgreSQL server, beyond the shared suite
+//! (`hare_outbox_testkit::conformance::capture`): composite keys, every kind of write the
+//! database does (cascades, upserts, multi-row statements), failed statements and savepoints,
+//! drift of types and disabled triggers, quoting, other schemas, outbox-shaped tables.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use hare_outbox_core::capture::{CaptureDrift, ChangeCapture, ChangePayload, RowOperation};
-use hare_outbox_core::{
-    Error, FnDelivery, Outbox, OutboxEvent, OutboxRelay, OutboxTable, RelayConfig,
-};
+use hare_outbox_core::capture::{CaptureDrift, ChangeCapture, ChangePayload};
+use hare_outbox_core::{Outbox, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
 use serde_json::{Value, json};
-use sha2::Digest;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 struct Db {
@@ -127,179 +122,6 @@ const LOANS: &str = "CREATE TABLE loans (
 )";
 
 #[tokio::test]
-async fn envelope_of_insert_update_delete() {
-    let db = Db::new(LOANS).await;
-    ChangeCapture::new("loans")
-        .with_label("library.Loan")
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    db.exec("INSERT INTO loans (id, status, reader_id) VALUES (7, 'lent', 3)")
-        .await;
-    db.exec("UPDATE loans SET status = 'returned' WHERE id = 7")
-        .await;
-    db.exec("DELETE FROM loans WHERE id = 7").await;
-    let row = json!({"id": 7, "status": "lent", "fee": "0.00", "reader_id": 3, "note": null});
-    let returned =
-        json!({"id": 7, "status": "returned", "fee": "0.00", "reader_id": 3, "note": null});
-    assert_eq!(
-        db.events().await,
-        vec![
-            Ev {
-                topic: "library.loan.inserted".into(),
-                payload: json!({"model": "library.Loan", "operation": "inserted", "pk": 7,
-                    "changed": null, "before": null, "after": row}),
-                headers: json!({}),
-                ordering_key: Some("library.Loan:7".into()),
-            },
-            Ev {
-                topic: "library.loan.updated".into(),
-                payload: json!({"model": "library.Loan", "operation": "updated", "pk": 7,
-                    "changed": ["status"], "before": null, "after": returned}),
-                headers: json!({}),
-                ordering_key: Some("library.Loan:7".into()),
-            },
-            Ev {
-                topic: "library.loan.deleted".into(),
-                payload: json!({"model": "library.Loan", "operation": "deleted", "pk": 7,
-                    "changed": null, "before": returned, "after": null}),
-                headers: json!({}),
-                ordering_key: Some("library.Loan:7".into()),
-            },
-        ]
-    );
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn payload_modes_keys_before_and_after_changes() {
-    let db = Db::new(LOANS).await;
-    let capture = ChangeCapture::new("loans").with_label("library.Loan");
-    let script = "INSERT INTO loans (id, status, reader_id) VALUES (1, 'lent', 3);
-        UPDATE loans SET status = 'returned', fee = 1.5 WHERE id = 1;
-        DELETE FROM loans WHERE id = 1;";
-    let full = json!({"id": 1, "status": "lent", "fee": "0.00", "reader_id": 3, "note": null});
-    let after = json!({"id": 1, "status": "returned", "fee": "1.50", "reader_id": 3, "note": null});
-    let expected = [
-        (
-            ChangePayload::Keys,
-            [
-                (json!(null), json!(null)),
-                (json!(null), json!(null)),
-                (json!(null), json!(null)),
-            ],
-        ),
-        (
-            ChangePayload::BeforeAndAfter,
-            [
-                (json!(null), full.clone()),
-                (full.clone(), after.clone()),
-                (after.clone(), json!(null)),
-            ],
-        ),
-        (
-            ChangePayload::Changes,
-            [
-                (json!(null), full.clone()),
-                (
-                    json!({"status": "lent", "fee": "0.00"}),
-                    json!({"status": "returned", "fee": "1.50"}),
-                ),
-                (after.clone(), json!(null)),
-            ],
-        ),
-    ];
-    for (mode, rows) in expected {
-        db.exec("TRUNCATE hare_outbox").await;
-        capture
-            .clone()
-            .with_payload(mode)
-            .install(&db.outbox)
-            .await
-            .unwrap();
-        db.exec(script).await;
-        let payloads = db.payloads().await;
-        let got: Vec<(Value, Value)> = payloads
-            .iter()
-            .map(|p| (p["before"].clone(), p["after"].clone()))
-            .collect();
-        assert_eq!(got, rows.to_vec(), "{mode:?}");
-        assert_eq!(payloads[1]["changed"], json!(["status", "fee"]), "{mode:?}");
-        assert_eq!(payloads[0]["changed"], json!(null));
-    }
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn changes_mode_writes_the_journal_of_seed_000() {
-    let db = Db::new(
-        "CREATE TABLE sales_orders (
-            id int PRIMARY KEY, status text, prepaid numeric(12,2) DEFAULT 0, paid_at timestamptz,
-            eta_date date, updated_at timestamptz DEFAULT now())",
-    )
-    .await;
-    ChangeCapture::new("sales_orders")
-        .with_label("erp.sales_order")
-        .with_topic("doc.{operation}")
-        .with_payload(ChangePayload::Changes)
-        .with_exclude(["updated_at"])
-        .with_operations([RowOperation::Update])
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    db.exec("INSERT INTO sales_orders (id, status) VALUES (22, 'confirmed')")
-        .await;
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "Администратор"}))
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE sales_orders SET prepaid = 1200, paid_at = '2026-11-13 17:20:00+03', updated_at = now() WHERE id = 22",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query(
-        "UPDATE sales_orders SET status = 'in_production', eta_date = '2026-12-01' WHERE id = 22",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    // Only the excluded column changes: no event.
-    sqlx::query("UPDATE sales_orders SET updated_at = now() + interval '1 s' WHERE id = 22")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    let events = db.events().await;
-    assert_eq!(
-        events,
-        vec![
-            Ev {
-                topic: "doc.updated".into(),
-                payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
-                    "changed": ["prepaid", "paid_at"],
-                    "before": {"prepaid": "0.00", "paid_at": null},
-                    "after": {"prepaid": "1200.00", "paid_at": "2026-11-13T14:20:00+00:00"}}),
-                headers: json!({"author": "Администратор"}),
-                ordering_key: Some("erp.sales_order:22".into()),
-            },
-            Ev {
-                topic: "doc.updated".into(),
-                payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
-                    "changed": ["status", "eta_date"],
-                    "before": {"status": "confirmed", "eta_date": null},
-                    "after": {"status": "in_production", "eta_date": "2026-12-01"}}),
-                headers: json!({"author": "Администратор"}),
-                ordering_key: Some("erp.sales_order:22".into()),
-            },
-        ]
-    );
-    db.drop().await;
-}
-
-#[tokio::test]
 async fn composite_key_is_an_object_and_joins_the_ordering_key() {
     let db = Db::new(
         "CREATE TABLE versions (doc text, version int, body text, PRIMARY KEY (version, doc))",
@@ -343,42 +165,6 @@ async fn unordered_capture_writes_no_ordering_key() {
 }
 
 #[tokio::test]
-async fn a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256() {
-    let db = Db::new("CREATE TABLE docs (path text PRIMARY KEY)").await;
-    ChangeCapture::new("docs")
-        .with_label("app.Doc")
-        .with_payload(ChangePayload::Keys)
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    let short = "é".repeat(247); // "app.Doc:" + 247 = 255 characters: kept as is
-    let long = "ключ/".repeat(60);
-    for path in [&short, &long] {
-        sqlx::query("INSERT INTO docs VALUES ($1)")
-            .bind(path)
-            .execute(db.pool())
-            .await
-            .unwrap();
-    }
-    let keys: Vec<String> = db
-        .events()
-        .await
-        .into_iter()
-        .map(|e| e.ordering_key.unwrap())
-        .collect();
-    assert_eq!(keys[0], format!("app.Doc:{short}"));
-    let whole = format!("app.Doc:{long}");
-    let expected = format!(
-        "{}#{}",
-        whole.chars().take(190).collect::<String>(),
-        hex::encode(sha2::Sha256::digest(whole.as_bytes()))
-    );
-    assert_eq!(keys[1], expected);
-    assert_eq!(keys[1].chars().count(), 255);
-    db.drop().await;
-}
-
-#[tokio::test]
 async fn fields_limit_the_rows_and_updates_of_other_columns_write_nothing() {
     let db = Db::new(LOANS).await;
     ChangeCapture::new("loans")
@@ -402,82 +188,6 @@ async fn fields_limit_the_rows_and_updates_of_other_columns_write_nothing() {
         (payloads[1]["before"].clone(), payloads[1]["after"].clone()),
         (json!({"status": "lent"}), json!({"status": "back"}))
     );
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn context_headers_and_tenant_from_the_row() {
-    let db = Db::new(
-        "CREATE TABLE invoices (id int PRIMARY KEY, tenant_id text NOT NULL, total int);
-         ALTER TABLE hare_outbox ADD COLUMN tenant text;",
-    )
-    .await;
-    ChangeCapture::new("invoices")
-        .with_payload(ChangePayload::Keys)
-        .with_extra_from_row("tenant", "tenant_id")
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(
-            &mut tx,
-            json!({"author": "ann", "traceparent": "00-ab-cd-01"}),
-        )
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO invoices VALUES (1, 'acme', 10), (2, 'globex', 20)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("SAVEPOINT s").execute(&mut *tx).await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "bob"}))
-        .await
-        .unwrap();
-    sqlx::query("ROLLBACK TO SAVEPOINT s")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    // The savepoint's context is undone with it: ann again.
-    sqlx::query("DELETE FROM invoices WHERE id = 2")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    db.outbox.clear_context(&mut tx).await.unwrap();
-    sqlx::query("UPDATE invoices SET total = 11 WHERE id = 1")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    // The context ended with the transaction.
-    db.exec("UPDATE invoices SET total = 12 WHERE id = 1").await;
-
-    let rows = sqlx::query("SELECT headers, tenant FROM hare_outbox ORDER BY sequence")
-        .fetch_all(db.pool())
-        .await
-        .unwrap();
-    let got: Vec<(Value, Option<String>)> = rows
-        .iter()
-        .map(|r| (r.get("headers"), r.get("tenant")))
-        .collect();
-    let ann = json!({"author": "ann", "traceparent": "00-ab-cd-01"});
-    assert_eq!(
-        got,
-        vec![
-            (ann.clone(), Some("acme".into())),
-            (ann.clone(), Some("globex".into())),
-            (ann, Some("globex".into())),
-            (json!({}), Some("acme".into())),
-            (json!({}), Some("acme".into())),
-        ]
-    );
-    let e = db
-        .outbox
-        .set_context(&mut *db.pool().acquire().await.unwrap(), json!(["x"]))
-        .await
-        .unwrap_err();
-    assert!(matches!(e, Error::Validation { .. }), "{e}");
     db.drop().await;
 }
 
@@ -745,180 +455,6 @@ async fn rollback_to_savepoint_takes_that_parts_events() {
 }
 
 #[tokio::test]
-async fn events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers() {
-    let db = Db::new(
-        "CREATE TABLE counters (id int PRIMARY KEY, n int NOT NULL);
-                      INSERT INTO counters VALUES (1, 0);",
-    )
-    .await;
-    ChangeCapture::new("counters")
-        .with_payload(ChangePayload::After)
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    const WRITERS: i64 = 6;
-    const EACH: i64 = 10;
-    let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        let pool = db.pool().clone();
-        tasks.push(tokio::spawn(async move {
-            let mut committed = Vec::new();
-            for i in 0..EACH {
-                let mut tx = pool.begin().await.unwrap();
-                let n: i32 =
-                    sqlx::query_scalar("UPDATE counters SET n = n + 1 WHERE id = 1 RETURNING n")
-                        .fetch_one(&mut *tx)
-                        .await
-                        .unwrap();
-                // Hold the row lock a little while, so the others queue behind it.
-                if (w + i) % 3 == 0 {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                tx.commit().await.unwrap();
-                committed.push(n);
-            }
-            committed
-        }));
-    }
-    for task in tasks {
-        let committed = task.await.unwrap();
-        assert!(committed.windows(2).all(|w| w[0] < w[1]));
-    }
-    let delivered = Arc::new(Mutex::new(Vec::new()));
-    let sink = delivered.clone();
-    let relay = OutboxRelay::new(
-        db.outbox.clone(),
-        FnDelivery::new(move |event: OutboxEvent| {
-            let sink = sink.clone();
-            async move {
-                sink.lock()
-                    .unwrap()
-                    .push(event.payload["after"]["n"].as_i64().unwrap());
-                Ok(())
-            }
-        }),
-        RelayConfig::default().with_concurrency(4),
-    )
-    .unwrap();
-    for _ in 0..(WRITERS * EACH * 2) {
-        if relay.poll_once().await.unwrap().leased == 0 {
-            break;
-        }
-    }
-    let delivered = delivered.lock().unwrap().clone();
-    assert_eq!(delivered, (1..=WRITERS * EACH).collect::<Vec<_>>());
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn install_refuses_bad_declarations_and_installs_nothing() {
-    let db = Db::new(&format!(
-        "{LOANS}; CREATE TABLE nokey (a int); ALTER TABLE hare_outbox ADD COLUMN tenant text;"
-    ))
-    .await;
-    let cases: Vec<(ChangeCapture, &str)> = vec![
-        (
-            ChangeCapture::new("loans").with_fields(["status", "colour"]),
-            "\"colour\", which the table does not have",
-        ),
-        (
-            ChangeCapture::new("loans").with_exclude(["colour"]),
-            "exclude names column \"colour\"",
-        ),
-        (
-            ChangeCapture::new("loans").with_extra_from_row("tenant", "tenant_id"),
-            "extra_from_row names column \"tenant_id\"",
-        ),
-        (
-            ChangeCapture::new("loans").with_extra_from_row("shard", "status"),
-            "outbox column \"shard\"",
-        ),
-        (
-            ChangeCapture::new("loans").with_topic("{app}.{tenant}"),
-            "unknown placeholder {tenant}",
-        ),
-        (
-            ChangeCapture::new("hare_outbox"),
-            "outbox cannot capture itself",
-        ),
-        (ChangeCapture::new("nokey"), "has no primary key"),
-        (ChangeCapture::new("missing"), "does not exist"),
-        (
-            {
-                let mut both = ChangeCapture::new("loans").with_fields(["status"]);
-                both.exclude = vec!["note".into()];
-                both
-            },
-            "fields and exclude are both set",
-        ),
-        (
-            ChangeCapture::new("loans").with_exclude(["id", "status", "fee", "reader_id", "note"]),
-            "leaves no column",
-        ),
-    ];
-    for (capture, expected) in cases {
-        match capture.install(&db.outbox).await {
-            Err(Error::Configuration(message)) => {
-                assert!(
-                    message.contains(expected),
-                    "{message} should contain {expected}"
-                )
-            }
-            other => panic!("{capture:?}: expected a configuration error, got {other:?}"),
-        }
-    }
-    assert_eq!(db.triggers().await, 0);
-    assert!(db.outbox.capture_status().await.unwrap().is_empty());
-    // Another outbox-shaped table is refused too.
-    db.exec("CREATE TABLE other_outbox (LIKE hare_outbox INCLUDING ALL)")
-        .await;
-    let e = ChangeCapture::new("other_outbox")
-        .install(&db.outbox)
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("is an outbox table"), "{e}");
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn install_is_idempotent_replaces_and_uninstalls() {
-    let db = Db::new(LOANS).await;
-    let capture = ChangeCapture::new("loans").with_payload(ChangePayload::Keys);
-    capture.install(&db.outbox).await.unwrap();
-    capture.install(&db.outbox).await.unwrap();
-    assert_eq!(db.triggers().await, 1);
-    db.exec("INSERT INTO loans (id, status) VALUES (1, 'a')")
-        .await;
-    assert_eq!(
-        db.events().await.len(),
-        1,
-        "installed twice, still one event per row"
-    );
-
-    let only_deletes = capture.clone().with_operations([RowOperation::Delete]);
-    only_deletes.install(&db.outbox).await.unwrap();
-    db.exec("INSERT INTO loans (id, status) VALUES (2, 'a'); DELETE FROM loans WHERE id = 2")
-        .await;
-    let topics: Vec<String> = db.events().await.into_iter().map(|e| e.topic).collect();
-    assert_eq!(topics, vec!["loans.inserted", "loans.deleted"]);
-    let status = only_deletes.status(&db.outbox).await.unwrap().unwrap();
-    assert!(status.is_current(), "{:?}", status.drift);
-    assert_eq!(
-        capture.status(&db.outbox).await.unwrap().unwrap().drift,
-        vec![CaptureDrift::DeclarationChanged]
-    );
-
-    assert!(capture.uninstall(&db.outbox).await.unwrap());
-    assert!(!capture.uninstall(&db.outbox).await.unwrap());
-    assert_eq!(db.triggers().await, 0);
-    db.exec("INSERT INTO loans (id, status) VALUES (3, 'a')")
-        .await;
-    assert_eq!(db.events().await.len(), 2);
-    assert!(capture.status(&db.outbox).await.unwrap().is_none());
-    db.drop().await;
-}
-
-#[tokio::test]
 async fn status_reports_drift() {
     let db = Db::new(&format!(
         "{LOANS}; CREATE TABLE other (id int PRIMARY KEY);"
@@ -1071,5 +607,31 @@ async fn a_capture_in_another_schema_writes_to_the_qualified_outbox() {
             .unwrap()
     );
     db.exec(&format!("DROP SCHEMA \"{other}\" CASCADE")).await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn another_outbox_shaped_table_is_refused() {
+    let db = Db::new("").await;
+    db.exec("CREATE TABLE other_outbox (LIKE hare_outbox INCLUDING ALL)")
+        .await;
+    let e = ChangeCapture::new("other_outbox")
+        .install(&db.outbox)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is an outbox table"), "{e}");
+    assert_eq!(db.triggers().await, 0);
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn one_trigger_per_capture_and_postgres_type_names() {
+    let db = Db::new(LOANS).await;
+    let capture = ChangeCapture::new("loans");
+    capture.install(&db.outbox).await.unwrap();
+    capture.install(&db.outbox).await.unwrap();
+    assert_eq!(db.triggers().await, 1);
+    let status = capture.status(&db.outbox).await.unwrap().unwrap();
+    assert_eq!(status.columns[2].type_name, "numeric(10,2)");
     db.drop().await;
 }

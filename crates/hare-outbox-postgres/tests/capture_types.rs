@@ -1,5 +1,5 @@
-//! The JSON form of every column type in captured events (seed 001 § Режимы payload и конверт),
-//! one test per type, each with the exact JSON expected, on a real PostgreSQL server.
+//! The JSON form of every column type in captured events, one test per type, each with the exact
+//! JSON expected, on a real PostgreSQL server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,4 @@
-//! `RabbitMqDelivery`: events published to RabbitMQ with publisher confirms (seed 001 § Доставки,
-//! DESIGN §9.2).
+//! `RabbitMqDelivery`: events published to RabbitMQ with publisher confirms.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +29,7 @@ const CONTENT_TYPE: &str = "application/json";
 /// AMQP delivery mode 2: the broker writes the message to disk (on a durable queue).
 const PERSISTENT: u8 = 2;
 
-/// Delivers events to RabbitMQ (seed 001 § Доставки, `RabbitMQDelivery`; DESIGN §9.2).
+/// Delivers events to RabbitMQ.
 ///
 /// Each event becomes one AMQP message, published through the exchange set by
 /// [`with_exchange`](Self::with_exchange) — an exchange that must exist already; by default the
@@ -117,8 +116,8 @@ impl RabbitMqDelivery {
         })
     }
 
-    /// Publishes through the exchange `name` instead of the default exchange (seed 001:
-    /// `exchange=`). The exchange must exist: it is not declared. Unset by default.
+    /// Publishes through the exchange `name` instead of the default exchange. The exchange must
+    /// exist: it is not declared. Unset by default.
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the value when `name` is empty (leave it unset for the
@@ -129,9 +128,8 @@ impl RabbitMqDelivery {
         Ok(self)
     }
 
-    /// Publishes every event with the routing key `key` instead of its topic (seed 001:
-    /// `routing_key=`). An empty key is allowed (fanout exchanges ignore the key). Unset by
-    /// default.
+    /// Publishes every event with the routing key `key` instead of its topic. An empty key is
+    /// allowed (fanout exchanges ignore the key). Unset by default.
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the value when `key` is longer than 255 bytes.

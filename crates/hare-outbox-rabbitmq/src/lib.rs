@@ -1,5 +1,4 @@
-//! RabbitMQ for hare-outbox: the AMQP delivery and the fanout-exchange wake-up
-//! (seed 001 § Доставки `RabbitMQDelivery`, § Будильники `RabbitMQWakeup`; DESIGN §8, §9.2).
+//! RabbitMQ for hare-outbox: the AMQP delivery and the fanout-exchange wake-up.
 //!
 //! - [`RabbitMqDelivery`] publishes every event as a persistent message through an existing
 //!   exchange (the default exchange `""` unless one is configured), with the configured routing

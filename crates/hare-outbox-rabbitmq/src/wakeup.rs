@@ -1,5 +1,4 @@
-//! `RabbitMqWakeup`: wake-up signals through a RabbitMQ fanout exchange (seed 001 § Будильники,
-//! DESIGN §8).
+//! `RabbitMqWakeup`: wake-up signals through a RabbitMQ fanout exchange.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +25,7 @@ const DEFAULT_CONNECTION_NAME: &str = "hare-outbox wake-up";
 /// How long a signal may take, connecting included.
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Wakes relays through a RabbitMQ fanout exchange (seed 001 § Будильники, `RabbitMQWakeup`;
-/// DESIGN §8).
+/// Wakes relays through a RabbitMQ fanout exchange.
 ///
 /// Pass the same object (or a clone: clones share everything) to
 /// [`Outbox::with_wakeup`](hare_outbox_core::Outbox::with_wakeup): every
@@ -110,9 +108,9 @@ impl RabbitMqWakeup {
         }
     }
 
-    /// Signals and listens through the fanout exchange `name` instead of [`DEFAULT_EXCHANGE`]
-    /// (seed 001: `exchange=`); use one exchange per outbox table when several share a broker, so
-    /// their relays do not wake each other. The result is a new object, sharing nothing with
+    /// Signals and listens through the fanout exchange `name` instead of [`DEFAULT_EXCHANGE`]; use
+    /// one exchange per outbox table when several share a broker, so their relays do not wake each
+    /// other. The result is a new object, sharing nothing with
     /// `self`.
     ///
     /// # Errors

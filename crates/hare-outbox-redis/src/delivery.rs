@@ -1,5 +1,4 @@
-//! `RedisStreamsDelivery`: events appended to Redis streams with `XADD` (seed 001 § Доставки,
-//! DESIGN §9.3).
+//! `RedisStreamsDelivery`: events appended to Redis streams with `XADD`.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -14,7 +13,7 @@ use crate::{describe_client, open_client};
 /// How long one call may take unless [`RedisStreamsDelivery::with_timeout`] sets another: 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Delivers events to Redis streams (seed 001 § Доставки, `RedisStreamsDelivery`; DESIGN §9.3).
+/// Delivers events to Redis streams.
 ///
 /// Each event becomes one stream entry, appended with `XADD <stream> * …` (Redis gives the entry
 /// id), to the stream set by [`with_stream`](Self::with_stream) or, by default, to the stream named
@@ -81,7 +80,7 @@ impl RedisStreamsDelivery {
     }
 
     /// Like [`new`](Self::new) with a client you built yourself, e.g. with your own TLS or
-    /// protocol settings (seed 001: `RedisStreamsDelivery(client=...)`).
+    /// protocol settings (as `RedisStreamsDelivery(client=...)` of the original).
     pub fn from_client(client: redis::Client) -> Self {
         RedisStreamsDelivery {
             server: describe_client(&client),
@@ -93,8 +92,8 @@ impl RedisStreamsDelivery {
         }
     }
 
-    /// Appends every event to the stream `name` instead of the stream named like its topic
-    /// (seed 001: `stream=`). Unset by default.
+    /// Appends every event to the stream `name` instead of the stream named like its topic. Unset
+    /// by default.
     ///
     /// # Errors
     /// [`Error::Configuration`] when `name` is empty.
@@ -110,9 +109,8 @@ impl RedisStreamsDelivery {
         Ok(self)
     }
 
-    /// Trims each stream to about `max_length` entries on every append (seed 001:
-    /// `max_length=`): `XADD <stream> MAXLEN ~ <max_length> * …`. Unset by default: streams grow
-    /// until something else trims them.
+    /// Trims each stream to about `max_length` entries on every append: `XADD <stream> MAXLEN ~
+    /// <max_length> * …`. Unset by default: streams grow until something else trims them.
     ///
     /// The trim is approximate (`~`), which is much cheaper for Redis: it removes only whole
     /// internal nodes, so a stream may keep more than `max_length` entries (up to one node more,

@@ -1,5 +1,4 @@
-//! Redis for hare-outbox: the Redis Streams delivery and the Redis pub/sub wake-up
-//! (seed 001 § Доставки `RedisStreamsDelivery`, § Будильники `RedisWakeup`; DESIGN §8, §9.3).
+//! Redis for hare-outbox: the Redis Streams delivery and the Redis pub/sub wake-up.
 //!
 //! - [`RedisStreamsDelivery`] appends every event to a stream with `XADD`: to the configured
 //!   stream or, by default, to the stream named like the event's topic. A relay batch goes out as

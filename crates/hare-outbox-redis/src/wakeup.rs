@@ -1,4 +1,4 @@
-//! `RedisWakeup`: wake-up signals over Redis pub/sub (seed 001 § Будильники, DESIGN §8).
+//! `RedisWakeup`: wake-up signals over Redis pub/sub.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,7 +21,7 @@ const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// noticed.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Wakes relays through Redis pub/sub (seed 001 § Будильники, `RedisWakeup`; DESIGN §8).
+/// Wakes relays through Redis pub/sub.
 ///
 /// Pass the same object (or a clone: clones share everything) to
 /// [`Outbox::with_wakeup`](hare_outbox_core::Outbox::with_wakeup): every
@@ -82,8 +82,8 @@ impl RedisWakeup {
         Ok(Self::from_client(open_client("redis wake-up", url)?))
     }
 
-    /// Like [`new`](Self::new) with a client you built yourself (seed 001:
-    /// `RedisWakeup(client=...)`).
+    /// Like [`new`](Self::new) with a client you built yourself (as
+    /// `RedisWakeup(client=...)` of the original hare outbox).
     pub fn from_client(client: redis::Client) -> Self {
         Self::build(client, DEFAULT_CHANNEL.to_owned())
     }
@@ -100,10 +100,9 @@ impl RedisWakeup {
         }
     }
 
-    /// Publishes and subscribes on `channel` instead of [`DEFAULT_CHANNEL`] (seed 001:
-    /// `channel=`); use one channel per outbox table when several share a Redis, so their relays
-    /// do not wake each other. Redis pub/sub channels are global: the database number in the URL
-    /// does not separate them.
+    /// Publishes and subscribes on `channel` instead of [`DEFAULT_CHANNEL`]; use one channel per
+    /// outbox table when several share a Redis, so their relays do not wake each other. Redis
+    /// pub/sub channels are global: the database number in the URL does not separate them.
     ///
     /// # Errors
     /// [`Error::Configuration`] when `channel` is empty.

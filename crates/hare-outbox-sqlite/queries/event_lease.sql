@@ -1,4 +1,4 @@
--- Lease the next batch (docs/state_machine.md; DESIGN §7 steps 1-2). Runs in a BEGIN IMMEDIATE
+-- Lease the next batch (docs/state_machine.md). Runs in a BEGIN IMMEDIATE
 -- transaction, so no other writer runs meanwhile.
 -- ?1 now, ?2 lease_until, ?3 leased_by, ?4 the key cursor (the last ordering key this relay
 -- leased; '' to start), ?5..?9 the topic filter: every topic? (0/1), included names, included

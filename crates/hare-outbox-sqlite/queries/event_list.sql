@@ -1,4 +1,4 @@
--- One page of the journal (DESIGN §10): newest first below the cursor, or oldest first above it
+-- One page of the journal: newest first below the cursor, or oldest first above it
 -- (the backend fills in the comparison and the direction): keyset pagination on sequence (the
 -- rowid), so every page costs the same however deep it is. Every filter value is a parameter;
 -- a NULL one (or ?6 = 1 for the statuses) matches everything.

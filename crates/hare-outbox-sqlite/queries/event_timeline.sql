@@ -1,4 +1,4 @@
--- The counts of a journal timeline (DESIGN §10), one row per combination of the buckets an
+-- The counts of a journal timeline, one row per combination of the buckets an
 -- event was created, published, dead-lettered and finished in, with how many events share it;
 -- the backend adds them up per bucket.
 -- ?1 since, ?2 until (timestamp text), ?3 since, ?4 until (microseconds since the Unix epoch),

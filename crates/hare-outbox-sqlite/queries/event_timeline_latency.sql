@@ -1,4 +1,4 @@
--- The delivery latencies a journal timeline needs (DESIGN §10): for each bucket, only the ranks
+-- The delivery latencies a journal timeline needs: for each bucket, only the ranks
 -- its percentiles read (SQLite has no percentile function), so at most six rows per bucket
 -- come back however many events were published.
 -- ?1 since, ?2 until (timestamp text), ?3 since (microseconds since the Unix epoch), ?4 the

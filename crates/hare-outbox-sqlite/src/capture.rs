@@ -1,7 +1,7 @@
 //! Change capture on SQLite: one trigger per captured operation, generated at install from
-//! `PRAGMA table_info` (DESIGN §6).
+//! `PRAGMA table_info`.
 //!
-//! JSON forms (seed 001 § Режимы payload и конверт) follow the value's storage class, refined by
+//! JSON forms follow the value's storage class, refined by
 //! the column's declared type:
 //!
 //! | value | JSON |
@@ -281,7 +281,7 @@ impl Column {
 }
 
 /// The JSON-ready form of `x` for a column declared `declared`: a value `json_object` and
-/// `json_quote` write in the seed's form.
+/// `json_quote` write in hare's form.
 fn value_sql(declared: &str, x: &str) -> String {
     let generic = format!(
         "CASE typeof({x}) WHEN 'blob' THEN {b64} WHEN 'real' THEN \

@@ -1,4 +1,4 @@
-//! Translation of sqlx errors into the core's errors (DESIGN §12).
+//! Translation of sqlx errors into the core's errors.
 
 use hare_outbox_core::Error;
 use sqlx::error::ErrorKind;

@@ -163,7 +163,7 @@ fn extra_names(params: &EventInsertParams) -> Vec<&str> {
 /// The stored events for the idempotency keys of `params`, in order, read with one SELECT
 /// (`None` for a message without a key, or whose key no event holds). With a tenant column and
 /// keys unique across the table, a key held by another tenant's event is an
-/// [`Error::Integrity`] (seed 001 § idempotency_key=); with keys unique per tenant, only the
+/// [`Error::Integrity`]; with keys unique per tenant, only the
 /// message's own tenant's event counts.
 async fn stored_by_keys(
     conn: &mut SqliteConnection,

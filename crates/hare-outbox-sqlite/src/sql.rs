@@ -41,24 +41,9 @@ const BACKLOG: &str = include_str!("../queries/backlog.sql");
 const TABLE_COLUMNS: &str = include_str!("../queries/table_columns.sql");
 const ADD_COLUMN: &str = include_str!("../queries/add_column.sql");
 
-/// The columns every statement returns, in this order; the table's extra columns follow.
-pub(crate) const COLUMNS: &[&str] = &[
-    "sequence",
-    "id",
-    "topic",
-    "payload",
-    "headers",
-    "ordering_key",
-    "idempotency_key",
-    "created_at",
-    "attempts",
-    "last_error",
-    "next_attempt_at",
-    "lease_until",
-    "leased_by",
-    "published_at",
-    "dead_lettered_at",
-];
+/// The columns every statement returns, in this order (the outbox-owned columns of the core,
+/// the one list every backend shares); the table's extra columns follow.
+pub(crate) const COLUMNS: &[&str] = hare_outbox_core::capture::OUTBOX_OWNED_COLUMNS;
 
 /// The base columns an insert writes, in the order their parameters are bound; the extra columns
 /// the message sets follow.

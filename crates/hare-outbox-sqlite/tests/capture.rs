@@ -1,19 +1,15 @@
-//! Change capture by triggers on real SQLite files (DESIGN §6; seed 001 § ChangeCapture): the
-//! envelope, the JSON form of each storage class and declared type, transaction context, every
-//! kind of write, per-row order, install checks, status and drift.
+//! Change capture by triggers on real SQLite files, beyond the shared suite
+//! (`hare_outbox_testkit::conformance::capture`): the JSON form of each storage class and declared
+//! type, every kind of write, failed statements and savepoints, quoting, NOTIFY refused, trigger
+//! counts and SQLite's own refusals.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
-
-use hare_outbox_core::capture::{CaptureDrift, ChangeCapture, ChangePayload, RowOperation};
-use hare_outbox_core::{
-    Error, FnDelivery, Outbox, OutboxEvent, OutboxRelay, OutboxTable, RelayConfig,
-};
+use hare_outbox_core::capture::{ChangeCapture, ChangePayload, RowOperation};
+use hare_outbox_core::{Error, Outbox, OutboxTable};
 use hare_outbox_sqlite::SqliteBackend;
 use hare_outbox_testkit::sqlite::TestDb;
 use serde_json::{Value, json};
-use sha2::Digest;
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
 struct Db {
@@ -112,116 +108,6 @@ const LOANS: &str = "CREATE TABLE loans (
     reader_id INTEGER,
     note TEXT
 )";
-
-#[tokio::test]
-async fn envelope_of_insert_update_delete() {
-    let db = Db::new(LOANS).await;
-    ChangeCapture::new("loans")
-        .with_label("library.Loan")
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    db.exec("INSERT INTO loans (id, status, reader_id) VALUES (7, 'lent', 3)")
-        .await;
-    db.exec("UPDATE loans SET status = 'returned' WHERE id = 7")
-        .await;
-    db.exec("DELETE FROM loans WHERE id = 7").await;
-    let row = json!({"id": 7, "status": "lent", "fee": "0.00", "reader_id": 3, "note": null});
-    let returned =
-        json!({"id": 7, "status": "returned", "fee": "0.00", "reader_id": 3, "note": null});
-    let key = Some("library.Loan:7".to_owned());
-    assert_eq!(
-        db.events().await,
-        vec![
-            Ev {
-                topic: "library.loan.inserted".into(),
-                payload: json!({"model": "library.Loan", "operation": "inserted", "pk": 7,
-                    "changed": null, "before": null, "after": row}),
-                headers: json!({}),
-                ordering_key: key.clone(),
-            },
-            Ev {
-                topic: "library.loan.updated".into(),
-                payload: json!({"model": "library.Loan", "operation": "updated", "pk": 7,
-                    "changed": ["status"], "before": null, "after": returned}),
-                headers: json!({}),
-                ordering_key: key.clone(),
-            },
-            Ev {
-                topic: "library.loan.deleted".into(),
-                payload: json!({"model": "library.Loan", "operation": "deleted", "pk": 7,
-                    "changed": null, "before": returned, "after": null}),
-                headers: json!({}),
-                ordering_key: key,
-            },
-        ]
-    );
-}
-
-#[tokio::test]
-async fn payload_modes_keys_before_and_after_changes() {
-    let db = Db::new(LOANS).await;
-    let capture = ChangeCapture::new("loans");
-    let script = "INSERT INTO loans (id, status, reader_id) VALUES (1, 'lent', 3);
-        UPDATE loans SET status = 'returned', fee = 1.5 WHERE id = 1;
-        DELETE FROM loans WHERE id = 1;";
-    let full = json!({"id": 1, "status": "lent", "fee": "0.00", "reader_id": 3, "note": null});
-    let after = json!({"id": 1, "status": "returned", "fee": "1.50", "reader_id": 3, "note": null});
-    let expected = [
-        (
-            ChangePayload::Keys,
-            [
-                (json!(null), json!(null)),
-                (json!(null), json!(null)),
-                (json!(null), json!(null)),
-            ],
-        ),
-        (
-            ChangePayload::After,
-            [
-                (json!(null), full.clone()),
-                (json!(null), after.clone()),
-                (after.clone(), json!(null)),
-            ],
-        ),
-        (
-            ChangePayload::BeforeAndAfter,
-            [
-                (json!(null), full.clone()),
-                (full.clone(), after.clone()),
-                (after.clone(), json!(null)),
-            ],
-        ),
-        (
-            ChangePayload::Changes,
-            [
-                (json!(null), full.clone()),
-                (
-                    json!({"status": "lent", "fee": "0.00"}),
-                    json!({"status": "returned", "fee": "1.50"}),
-                ),
-                (after.clone(), json!(null)),
-            ],
-        ),
-    ];
-    for (mode, rows) in expected {
-        db.exec("DELETE FROM hare_outbox").await;
-        capture
-            .clone()
-            .with_payload(mode)
-            .install(&db.outbox)
-            .await
-            .unwrap();
-        db.exec(script).await;
-        let payloads = db.payloads().await;
-        let got: Vec<(Value, Value)> = payloads
-            .iter()
-            .map(|p| (p["before"].clone(), p["after"].clone()))
-            .collect();
-        assert_eq!(got, rows.to_vec(), "{mode:?}");
-        assert_eq!(payloads[1]["changed"], json!(["status", "fee"]), "{mode:?}");
-    }
-}
 
 /// Creates `t (id INTEGER PRIMARY KEY, v <declared>)`, captures it, inserts each literal and
 /// returns each `after.v`.
@@ -366,143 +252,6 @@ async fn declared_dates_and_times_stay_as_written() {
 }
 
 #[tokio::test]
-async fn changes_mode_writes_the_journal_of_seed_000_with_the_author() {
-    let db = Db::new(
-        "CREATE TABLE sales_orders (id INTEGER PRIMARY KEY, status TEXT, prepaid TEXT NOT NULL DEFAULT '0.00',
-            paid_at TEXT, eta_date TEXT, updated_at TEXT)",
-    )
-    .await;
-    ChangeCapture::new("sales_orders")
-        .with_label("erp.sales_order")
-        .with_topic("doc.{operation}")
-        .with_payload(ChangePayload::Changes)
-        .with_exclude(["updated_at"])
-        .with_operations([RowOperation::Update])
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    db.exec("INSERT INTO sales_orders (id, status) VALUES (22, 'confirmed')")
-        .await;
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "Администратор"}))
-        .await
-        .unwrap();
-    for sql in [
-        "UPDATE sales_orders SET prepaid = '1200.00', paid_at = '2026-11-13 17:20:00', updated_at = 'x' WHERE id = 22",
-        "UPDATE sales_orders SET status = 'in_production', eta_date = '2026-12-01' WHERE id = 22",
-        "UPDATE sales_orders SET updated_at = 'y' WHERE id = 22",
-    ] {
-        sqlx::query(sql).execute(&mut *tx).await.unwrap();
-    }
-    tx.commit().await.unwrap();
-    // The context ended with the transaction (on a pooled connection too).
-    db.exec("UPDATE sales_orders SET status = 'shipped' WHERE id = 22")
-        .await;
-    let events = db.events().await;
-    assert_eq!(
-        events[..2],
-        [
-            Ev {
-                topic: "doc.updated".into(),
-                payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
-                    "changed": ["prepaid", "paid_at"],
-                    "before": {"prepaid": "0.00", "paid_at": null},
-                    "after": {"prepaid": "1200.00", "paid_at": "2026-11-13 17:20:00"}}),
-                headers: json!({"author": "Администратор"}),
-                ordering_key: Some("erp.sales_order:22".into()),
-            },
-            Ev {
-                topic: "doc.updated".into(),
-                payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
-                    "changed": ["status", "eta_date"],
-                    "before": {"status": "confirmed", "eta_date": null},
-                    "after": {"status": "in_production", "eta_date": "2026-12-01"}}),
-                headers: json!({"author": "Администратор"}),
-                ordering_key: Some("erp.sales_order:22".into()),
-            },
-        ]
-    );
-    assert_eq!(events.len(), 3);
-    assert_eq!(events[2].headers, json!({}));
-}
-
-#[tokio::test]
-async fn context_rolls_back_clears_and_tenant_comes_from_the_row() {
-    let db = Db::new(
-        "CREATE TABLE invoices (id INTEGER PRIMARY KEY, tenant_id TEXT NOT NULL, total INTEGER);
-         ALTER TABLE hare_outbox ADD COLUMN tenant TEXT;",
-    )
-    .await;
-    ChangeCapture::new("invoices")
-        .with_payload(ChangePayload::Keys)
-        .with_extra_from_row("tenant", "tenant_id")
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    // A rolled-back context leaves nothing behind.
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "eve"}))
-        .await
-        .unwrap();
-    tx.rollback().await.unwrap();
-
-    let mut tx = db.pool().begin().await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "ann"}))
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO invoices VALUES (1, 'acme', 10)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("SAVEPOINT s").execute(&mut *tx).await.unwrap();
-    db.outbox
-        .set_context(&mut tx, json!({"author": "bob"}))
-        .await
-        .unwrap();
-    sqlx::query("ROLLBACK TO SAVEPOINT s")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM invoices WHERE id = 1")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    db.outbox.clear_context(&mut tx).await.unwrap();
-    sqlx::query("INSERT INTO invoices VALUES (2, 'globex', 1)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    db.exec("UPDATE invoices SET total = 2").await;
-    let rows = sqlx::query("SELECT headers, tenant FROM hare_outbox ORDER BY sequence")
-        .fetch_all(db.pool())
-        .await
-        .unwrap();
-    let got: Vec<(String, Option<String>)> = rows
-        .iter()
-        .map(|r| (r.get("headers"), r.get("tenant")))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (r#"{"author":"ann"}"#.into(), Some("acme".into())),
-            (r#"{"author":"ann"}"#.into(), Some("acme".into())),
-            ("{}".into(), Some("globex".into())),
-            ("{}".into(), Some("globex".into())),
-        ]
-    );
-    let e = db
-        .outbox
-        .set_context(&mut *db.pool().acquire().await.unwrap(), json!({"": 1}))
-        .await
-        .unwrap_err();
-    assert!(matches!(e, Error::Validation { .. }), "{e}");
-}
-
-#[tokio::test]
 async fn writes_of_every_kind_are_captured() {
     let db = Db::new(
         "CREATE TABLE readers (id INTEGER PRIMARY KEY, name TEXT);
@@ -613,217 +362,6 @@ async fn failed_statements_and_rolled_back_savepoints_leave_no_event() {
 }
 
 #[tokio::test]
-async fn a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256() {
-    let db = Db::new("CREATE TABLE docs (path TEXT PRIMARY KEY)").await;
-    ChangeCapture::new("docs")
-        .with_label("app.Doc")
-        .with_payload(ChangePayload::Keys)
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    let paths = [
-        "é".repeat(247),
-        "ключ/".repeat(60),
-        "x".repeat(248),
-        "y".repeat(1000),
-    ];
-    for path in &paths {
-        sqlx::query("INSERT INTO docs VALUES (?1)")
-            .bind(path)
-            .execute(db.pool())
-            .await
-            .unwrap();
-    }
-    let keys: Vec<String> = db
-        .events()
-        .await
-        .into_iter()
-        .map(|e| e.ordering_key.unwrap())
-        .collect();
-    for (path, key) in paths.iter().zip(&keys) {
-        let whole = format!("app.Doc:{path}");
-        if whole.chars().count() <= 255 {
-            assert_eq!(key, &whole);
-        } else {
-            let expected = format!(
-                "{}#{}",
-                whole.chars().take(190).collect::<String>(),
-                hex::encode(sha2::Sha256::digest(whole.as_bytes()))
-            );
-            assert_eq!(key, &expected);
-            assert_eq!(key.chars().count(), 255);
-        }
-    }
-}
-
-#[tokio::test]
-async fn events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers() {
-    let db = Db::new(
-        "CREATE TABLE counters (id INTEGER PRIMARY KEY, n INTEGER NOT NULL);
-                      INSERT INTO counters VALUES (1, 0);",
-    )
-    .await;
-    ChangeCapture::new("counters")
-        .install(&db.outbox)
-        .await
-        .unwrap();
-    const WRITERS: i64 = 4;
-    const EACH: i64 = 10;
-    let mut tasks = Vec::new();
-    for _ in 0..WRITERS {
-        let pool = db.pool().clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..EACH {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
-                sqlx::query("UPDATE counters SET n = n + 1 WHERE id = 1")
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-                tokio::task::yield_now().await;
-                tx.commit().await.unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let delivered = Arc::new(Mutex::new(Vec::new()));
-    let sink = delivered.clone();
-    let relay = OutboxRelay::new(
-        db.outbox.clone(),
-        FnDelivery::new(move |event: OutboxEvent| {
-            let sink = sink.clone();
-            async move {
-                sink.lock()
-                    .unwrap()
-                    .push(event.payload["after"]["n"].as_i64().unwrap());
-                Ok(())
-            }
-        }),
-        RelayConfig::default(),
-    )
-    .unwrap();
-    for _ in 0..(WRITERS * EACH * 2) {
-        if relay.poll_once().await.unwrap().leased == 0 {
-            break;
-        }
-    }
-    assert_eq!(
-        *delivered.lock().unwrap(),
-        (1..=WRITERS * EACH).collect::<Vec<_>>()
-    );
-}
-
-#[tokio::test]
-async fn install_refuses_bad_declarations_and_installs_nothing() {
-    let db = Db::new(&format!(
-        "{LOANS}; CREATE TABLE nokey (a INTEGER); ALTER TABLE hare_outbox ADD COLUMN tenant TEXT;"
-    ))
-    .await;
-    let cases: Vec<(ChangeCapture, &str)> = vec![
-        (
-            ChangeCapture::new("loans").with_fields(["status", "colour"]),
-            "\"colour\", which the table does not have",
-        ),
-        (
-            ChangeCapture::new("loans").with_exclude(["colour"]),
-            "exclude names column \"colour\"",
-        ),
-        (
-            ChangeCapture::new("loans").with_extra_from_row("tenant", "tenant_id"),
-            "extra_from_row names column \"tenant_id\"",
-        ),
-        (
-            ChangeCapture::new("loans").with_extra_from_row("shard", "status"),
-            "outbox column \"shard\"",
-        ),
-        (
-            ChangeCapture::new("loans").with_ordering_key(Some("{pk}/{tenant}")),
-            "unknown placeholder {tenant}",
-        ),
-        (
-            ChangeCapture::new("hare_outbox"),
-            "outbox cannot capture itself",
-        ),
-        (ChangeCapture::new("nokey"), "has no primary key"),
-        (ChangeCapture::new("missing"), "does not exist"),
-        (
-            ChangeCapture::new("loans").with_schema("other"),
-            "SQLite triggers can only write to their own database",
-        ),
-        (
-            {
-                let mut both = ChangeCapture::new("loans").with_fields(["status"]);
-                both.exclude = vec!["note".into()];
-                both
-            },
-            "fields and exclude are both set",
-        ),
-    ];
-    for (capture, expected) in cases {
-        match capture.install(&db.outbox).await {
-            Err(Error::Configuration(message)) => {
-                assert!(
-                    message.contains(expected),
-                    "{message} should contain {expected}"
-                )
-            }
-            other => panic!("{capture:?}: expected a configuration error, got {other:?}"),
-        }
-    }
-    assert_eq!(db.triggers().await, 0);
-    assert!(db.outbox.capture_status().await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn install_is_idempotent_and_status_reports_drift() {
-    let db = Db::new(LOANS).await;
-    let capture = ChangeCapture::new("loans").with_payload(ChangePayload::Keys);
-    capture.install(&db.outbox).await.unwrap();
-    capture.install(&db.outbox).await.unwrap();
-    assert_eq!(db.triggers().await, 3);
-    db.exec("INSERT INTO loans (id, status) VALUES (1, 'a')")
-        .await;
-    assert_eq!(db.events().await.len(), 1);
-    let status = capture.status(&db.outbox).await.unwrap().unwrap();
-    assert!(status.is_current(), "{:?}", status.drift);
-    assert_eq!(status.columns[2].type_name, "DECIMAL(10,2)");
-
-    db.exec("ALTER TABLE loans ADD COLUMN due TEXT").await;
-    assert_eq!(
-        capture.status(&db.outbox).await.unwrap().unwrap().drift,
-        vec![CaptureDrift::ColumnAdded {
-            column: "due".into()
-        }]
-    );
-    // SQLite itself refuses to drop a column a trigger reads.
-    assert!(
-        sqlx::query("ALTER TABLE loans DROP COLUMN note")
-            .execute(db.pool())
-            .await
-            .is_err()
-    );
-    let deletes = capture.clone().with_operations([RowOperation::Delete]);
-    deletes.install(&db.outbox).await.unwrap();
-    assert_eq!(db.triggers().await, 1);
-    assert!(
-        deletes
-            .status(&db.outbox)
-            .await
-            .unwrap()
-            .unwrap()
-            .is_current()
-    );
-    assert_eq!(
-        capture.status(&db.outbox).await.unwrap().unwrap().drift,
-        vec![CaptureDrift::DeclarationChanged]
-    );
-    assert!(capture.uninstall(&db.outbox).await.unwrap());
-    assert!(!capture.uninstall(&db.outbox).await.unwrap());
-    assert_eq!(db.triggers().await, 0);
-}
-
-#[tokio::test]
 async fn quotes_in_names_and_labels_cannot_break_out() {
     let db = Db::new(
         r#"CREATE TABLE "odd ""t"" 'x'" ("id'); DROP TABLE hare_outbox; --" INTEGER PRIMARY KEY, "a""b'c*/" TEXT)"#,
@@ -868,4 +406,39 @@ async fn notify_is_refused_on_sqlite() {
         "{e}"
     );
     assert_eq!(db.triggers().await, 0, "nothing installed");
+}
+
+#[tokio::test]
+async fn one_trigger_per_operation_sqlite_type_names_and_no_other_database() {
+    let db = Db::new(LOANS).await;
+    let capture = ChangeCapture::new("loans").with_payload(ChangePayload::Keys);
+    capture.install(&db.outbox).await.unwrap();
+    capture.install(&db.outbox).await.unwrap();
+    assert_eq!(db.triggers().await, 3);
+    let status = capture.status(&db.outbox).await.unwrap().unwrap();
+    assert_eq!(status.columns[2].type_name, "DECIMAL(10,2)");
+    // SQLite itself refuses to drop a column a trigger reads.
+    assert!(
+        sqlx::query("ALTER TABLE loans DROP COLUMN note")
+            .execute(db.pool())
+            .await
+            .is_err()
+    );
+    capture
+        .clone()
+        .with_operations([RowOperation::Delete])
+        .install(&db.outbox)
+        .await
+        .unwrap();
+    assert_eq!(db.triggers().await, 1);
+    let e = ChangeCapture::new("loans")
+        .with_schema("other")
+        .install(&db.outbox)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("SQLite triggers can only write to their own database"),
+        "{e}"
+    );
 }

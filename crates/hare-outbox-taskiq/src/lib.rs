@@ -1,4 +1,4 @@
-//! taskiq task delivery of hare-outbox (seed 001 § Доставки, `TaskiqDelivery`; DESIGN §9.7).
+//! taskiq task delivery of hare-outbox.
 //!
 //! Events of the topic [`TASKIQ_TOPIC`] (`"taskiq"`) are tasks: written in the caller's
 //! transaction like any event, they reach a Python [taskiq](https://taskiq-python.github.io/)
@@ -80,7 +80,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Map, Value, json};
 
 /// The topic of task events: [`TaskiqTask::message`] writes it, [`TaskiqDelivery::relay`]
-/// leases only it (seed 001: `TaskiqDelivery(...).get_relay()  # topics=["taskiq"]`).
+/// leases only it (as `TaskiqDelivery(...).get_relay()` of the original).
 pub const TASKIQ_TOPIC: &str = "taskiq";
 
 /// The Redis list tasks go to unless [`TaskiqDelivery::with_queue_name`] or a task's
@@ -345,7 +345,7 @@ fn task_message_json(
     Ok((task, message))
 }
 
-/// Sends task events to taskiq workers (seed 001 § Доставки, `TaskiqDelivery`): through the
+/// Sends task events to taskiq workers: through the
 /// Redis list broker of `taskiq-redis` ([`TaskiqDelivery::redis`]) or, with the crate feature
 /// `rabbitmq`, the RabbitMQ broker of `taskiq-aio-pika` (`TaskiqDelivery::rabbitmq`).
 ///
@@ -529,7 +529,7 @@ impl TaskiqDelivery {
     }
 
     /// A relay of `outbox`'s task events through this delivery: `config` with its topics set to
-    /// [`TASKIQ_TOPIC`] alone (seed 001: `TaskiqDelivery(...).get_relay()`). Give the other
+    /// [`TASKIQ_TOPIC`] alone (as `TaskiqDelivery(...).get_relay()`). Give the other
     /// relays of the table `with_exclude_topics(["taskiq"])`.
     ///
     /// # Errors

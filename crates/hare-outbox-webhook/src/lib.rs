@@ -1,4 +1,4 @@
-//! HTTP webhook delivery of hare-outbox (seed 001 § WebhookDelivery, DESIGN §9.4).
+//! HTTP webhook delivery of hare-outbox.
 //!
 //! [`WebhookDelivery`] POSTs every event to one URL, or — built with a target function — to the
 //! URL of the event's own subscriber ([`WebhookTarget`]: URL, signing secret, headers). The body
@@ -90,18 +90,16 @@ use sha2::Sha256;
 pub use reqwest::Url;
 
 /// The header that carries the signature unless [`WebhookDelivery::with_signature_header`]
-/// names another (seed 001 § WebhookDelivery, `signature_header`).
+/// names another.
 pub const DEFAULT_SIGNATURE_HEADER: &str = "hare-outbox-signature";
 
-/// The per-request timeout unless [`WebhookDelivery::with_timeout`] sets another: 10 s
-/// (seed 001 § WebhookDelivery, `timeout_seconds=10`).
+/// The per-request timeout unless [`WebhookDelivery::with_timeout`] sets another: 10 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many characters of a failed answer's body a [`DeliveryError`] carries.
 pub const ERROR_BODY_CHARS: usize = 200;
 
-/// How many characters of the answer's body and of the error a [`WebhookResult`] keeps: 4000
-/// (seed 001 § WebhookDelivery, `WEBHOOK_RESULT_BODY_MAX_LENGTH`).
+/// How many characters of the answer's body and of the error a [`WebhookResult`] keeps: 4000.
 pub const RESULT_TEXT_CHARS: usize = 4000;
 
 /// Headers that frame or route the HTTP message itself; setting them would corrupt the request,
@@ -137,8 +135,7 @@ type TargetFn = Arc<
 type AllowsUrlFn = Arc<dyn Fn(&Url) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// Where one event goes: the URL, signing secret and headers of its subscriber, as the target
-/// function of [`WebhookDeliveryBuilder::with_target`] gives them (seed 001 § WebhookDelivery,
-/// `WebhookTarget`).
+/// function of [`WebhookDeliveryBuilder::with_target`] gives them.
 ///
 /// The URL is checked when the event is sent: one that does not parse or is not `http`/`https`
 /// fails that event (recorded and retried like any failure).
@@ -202,8 +199,8 @@ impl WebhookTarget {
 }
 
 /// The record of one attempt, which the relay stores in its
-/// [`result_column`](hare_outbox_core::RelayConfig) (seed 001 § WebhookDelivery,
-/// `result_field`): as JSON `{"status_code": int|null, "body": str|null, "error": str|null}`.
+/// [`result_column`](hare_outbox_core::RelayConfig): as JSON `{"status_code": int|null, "body":
+/// str|null, "error": str|null}`.
 ///
 /// `status_code` and `body` are `null` when no answer came (refused URL, connection error,
 /// timeout); `error` is `null` after a 2xx. `body` and `error` are cut to
@@ -257,8 +254,7 @@ enum Destination {
     },
 }
 
-/// Delivers events by HTTP POST, to one URL or to each event's [`WebhookTarget`]
-/// (seed 001 § WebhookDelivery, DESIGN §9.4).
+/// Delivers events by HTTP POST, to one URL or to each event's [`WebhookTarget`].
 ///
 /// Per event it sends one request:
 /// - method `POST` to the URL (the delivery's, or the target's), body exactly
@@ -330,8 +326,7 @@ impl std::fmt::Debug for WebhookDelivery {
     }
 }
 
-/// Builds a [`WebhookDelivery`]; every check runs in [`WebhookDeliveryBuilder::build`]
-/// (seed 001 § WebhookDelivery: exactly one of `url` and `target`).
+/// Builds a [`WebhookDelivery`]; every check runs in [`WebhookDeliveryBuilder::build`].
 #[derive(Default)]
 #[must_use]
 pub struct WebhookDeliveryBuilder {
@@ -385,10 +380,10 @@ impl WebhookDeliveryBuilder {
         self
     }
 
-    /// Sends each event where `target(event)` says: its URL, secret and headers
-    /// (seed 001 § WebhookDelivery, `target`). The function is async (e.g. it loads the event's
-    /// subscription); an `Err` fails the event, which the relay retries. Exclusive with
-    /// [`with_url`](Self::with_url) and with a delivery-wide [`with_secret`](Self::with_secret).
+    /// Sends each event where `target(event)` says: its URL, secret and headers. The function is
+    /// async (e.g. it loads the event's subscription); an `Err` fails the event, which the relay
+    /// retries. Exclusive with [`with_url`](Self::with_url) and with a delivery-wide
+    /// [`with_secret`](Self::with_secret).
     pub fn with_target<F, Fut>(mut self, target: F) -> Self
     where
         F: Fn(OutboxEvent) -> Fut + Send + Sync + 'static,
@@ -442,7 +437,7 @@ impl WebhookDeliveryBuilder {
 
     /// Calls `allows(url)` before every request; `false` refuses the URL: the event is not sent
     /// and fails (retried like any failure, dead-lettered when attempts run out). For keeping
-    /// requests out of the service's own network (seed 001 § WebhookDelivery, `allows_url`).
+    /// requests out of the service's own network.
     /// Unset by default: every URL is allowed.
     pub fn with_allows_url<F>(mut self, allows: F) -> Self
     where
@@ -552,9 +547,9 @@ impl WebhookDelivery {
         WebhookDeliveryBuilder::default()
     }
 
-    /// Signs every request with HMAC-SHA256 under `secret` (seed 001 § WebhookDelivery,
-    /// `secret`). Unset by default: no signature header is sent. Any length is accepted, the
-    /// empty secret included (which anyone can forge — make sure the secret was really found).
+    /// Signs every request with HMAC-SHA256 under `secret`. Unset by default: no signature header
+    /// is sent. Any length is accepted, the empty secret included (which anyone can forge — make
+    /// sure the secret was really found).
     ///
     /// Only for a delivery to one URL: with a target the secret belongs to the
     /// [`WebhookTarget`], and a delivery built with a target then fails every event with a
@@ -580,9 +575,9 @@ impl WebhookDelivery {
         self
     }
 
-    /// Sends the header `name: value` with every request (seed 001 § WebhookDelivery,
-    /// `headers`). Setting a name again replaces its value; a target's or the event's header of
-    /// the same name replaces it for that event, and the signature header always wins.
+    /// Sends the header `name: value` with every request. Setting a name again replaces its value;
+    /// a target's or the event's header of the same name replaces it for that event, and the
+    /// signature header always wins.
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the header when `name` is not an HTTP header name (a token:
@@ -596,8 +591,7 @@ impl WebhookDelivery {
     }
 
     /// Sends the signature in the header `name` instead of [`DEFAULT_SIGNATURE_HEADER`], for
-    /// receivers that expect their own (e.g. `X-Webhook-Signature`; seed 001 § WebhookDelivery,
-    /// `signature_header`). Only used with a secret.
+    /// receivers that expect their own (e.g. `X-Webhook-Signature`). Only used with a secret.
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the value when `name` is not an HTTP header name or is one
@@ -878,14 +872,14 @@ fn answer_secrets(url: &Url, public: bool) -> Vec<String> {
 }
 
 /// The signature of `body` under `secret`: `"sha256=<lowercase hex HMAC-SHA256 of body>"`, the
-/// value of the signature header (seed 001 § WebhookDelivery). 64 hex digits after the prefix.
+/// value of the signature header. 64 hex digits after the prefix.
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
     let mut mac = new_mac(secret);
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// Whether `header_value` is the signature of `body` under `secret`, for receivers (DESIGN §9.9).
+/// Whether `header_value` is the signature of `body` under `secret`, for receivers.
 ///
 /// Accepts `sha256=<hex>` with hex digits in either case and whitespace around the value;
 /// anything else (another algorithm, no prefix, wrong length) is `false`. The digest comparison

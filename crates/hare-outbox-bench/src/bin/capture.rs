@@ -1,4 +1,4 @@
-//! `capture`: the cost of a capture trigger on PostgreSQL, in one run, as ratios (DESIGN §13).
+//! `capture`: the cost of a capture trigger on PostgreSQL, in one run, as ratios.
 //!
 //! Three ways to run the same business transaction (`UPDATE` of one row, committed):
 //! - `alone`: the UPDATE only;

@@ -1,4 +1,4 @@
-//! `journal`: the journal's pages on a large table, PostgreSQL and SQLite, in one run (DESIGN §10).
+//! `journal`: the journal's pages on a large table, PostgreSQL and SQLite, in one run.
 //!
 //! Fills an outbox table with `--rows` events (1,000,000 by default; `INSERT … SELECT` from
 //! `generate_series` on PostgreSQL, a recursive CTE on SQLite): five topics, seven authors,

@@ -7,7 +7,7 @@
 //!    events/s for the in-process and the LISTEN/NOTIFY wake-ups; p50 and p99 of the steady
 //!    state (the first second of events, while the relay opens its connections and prepares its
 //!    statements, is not counted). The relay has a pool of its own, as in a deployment;
-//! 3. a burst on one ordering key (seed 000: a document edited many times in a row): how long
+//! 3. a burst on one ordering key: how long
 //!    after the last commit the burst's last event is delivered, LISTEN/NOTIFY after commit, poll
 //!    interval 5 s, the relay idle beforehand; 40 transactions of one event each committed back
 //!    to back, and one transaction of 40 events.

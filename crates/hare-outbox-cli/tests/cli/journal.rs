@@ -315,7 +315,7 @@ async fn events_filters(db: Db) {
             .is_empty()
     );
 
-    // The table: seed 000's columns, one row per event.
+    // The table: the journal's columns, one row per event.
     let (code, stdout, stderr) = cli(&dir, &db, &["events"]).await;
     assert_eq!(code, 0, "{stderr}");
     let mut rows = stdout.lines();

@@ -7,8 +7,8 @@ use super::Delivery;
 use crate::error::DeliveryError;
 use crate::event::OutboxEvent;
 
-/// A delivery that calls an async Rust function with each event (seed 001 § Доставки:
-/// `async def deliver(event)`).
+/// A delivery that calls an async Rust function with each event, like an
+/// `async def deliver(event)` of the original hare outbox.
 ///
 /// ```
 /// use hare_outbox_core::{DeliveryError, FnDelivery, OutboxEvent};

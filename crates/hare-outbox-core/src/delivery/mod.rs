@@ -1,4 +1,4 @@
-//! The delivery seam: where the relay sends events (seed 001 § Доставки).
+//! The delivery seam: where the relay sends events.
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub use router::TopicRouter;
 
 /// What one delivery attempt of one event came to: its result and, optionally, a JSON record
 /// of the attempt that the relay stores in [`RelayConfig::result_column`](crate::RelayConfig)
-/// when one is configured (seed 001 § WebhookDelivery, `result_field`).
+/// when one is configured.
 ///
 /// A delivery that keeps no record leaves `record` at `None`; the relay then leaves the result
 /// column as it was.

@@ -1,4 +1,4 @@
-//! Routing events to deliveries by topic (seed 001 § TopicRouter).
+//! Routing events to deliveries by topic.
 
 use std::collections::HashMap;
 use std::sync::Arc;

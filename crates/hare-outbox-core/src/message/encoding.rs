@@ -1,4 +1,4 @@
-//! How payloads and header values become JSON (seed 001 § OutboxJsonEncoding, DESIGN §4).
+//! How payloads and header values become JSON.
 //!
 //! [`encode`] turns any `serde::Serialize` value into a [`serde_json::Value`] in a single pass.
 //! It is what [`OutboxMessage::new`](crate::OutboxMessage::new) and
@@ -76,7 +76,7 @@
 //! - Object members are ordered as serde_json orders them (sorted keys, or insertion order with
 //!   serde_json's `preserve_order` feature).
 //!
-//! Source: seed 001 § OutboxJsonEncoding.
+//! The rules are those of hare's JSON encoding.
 
 use std::borrow::Cow;
 use std::fmt::{self, Display, Write as _};
@@ -86,8 +86,7 @@ use serde::Serialize;
 use serde::ser::{self, Impossible};
 use serde_json::{Map, Number, Value};
 
-/// Encodes `value` as JSON by the rules of the [module documentation](self) (seed 001 §
-/// OutboxJsonEncoding), in one pass.
+/// Encodes `value` as JSON by the rules of the [module documentation](self), in one pass.
 ///
 /// ```
 /// use hare_outbox_core::message::encoding::encode;
@@ -1007,7 +1006,7 @@ mod tests {
         }
     }
 
-    // One test per row of the seed's table.
+    // One test per row of hare's table.
 
     #[test]
     fn decimal_is_its_exact_text() {

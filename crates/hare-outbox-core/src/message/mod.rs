@@ -1,4 +1,4 @@
-//! The message a producer enqueues (seed 001 § enqueue(), OutboxMessage).
+//! The message a producer enqueues.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -11,7 +11,7 @@ pub mod encoding;
 use crate::extra::{ExtraValue, OWNED_COLUMNS};
 use encoding::encode;
 
-/// Longest topic, ordering key or idempotency key, in characters (seed 001 § Модель outbox).
+/// Longest topic, ordering key or idempotency key, in characters.
 pub const MAX_KEY_CHARS: usize = 255;
 
 /// One event to write: topic, JSON payload and options.
@@ -64,10 +64,10 @@ impl OutboxMessage {
         }
     }
 
-    /// Sets an extra column of the outbox table (tenant, foreign key, …) to a typed value
-    /// (seed 001 § Колонки подкласса: extra_field_values=). Setting a column twice keeps the last
-    /// value. Enqueue refuses a column the table does not declare, a value of the wrong type and
-    /// the columns enqueue and the relay own ([`OWNED_COLUMNS`](crate::extra::OWNED_COLUMNS)).
+    /// Sets an extra column of the outbox table (tenant, foreign key, …) to a typed value. Setting
+    /// a column twice keeps the last value. Enqueue refuses a column the table does not declare, a
+    /// value of the wrong type and the columns enqueue and the relay own
+    /// ([`OWNED_COLUMNS`](crate::extra::OWNED_COLUMNS)).
     pub fn extra(mut self, column: impl Into<String>, value: impl Into<ExtraValue>) -> Self {
         let column = column.into();
         let value = value.into();
@@ -86,7 +86,7 @@ impl OutboxMessage {
     }
 
     /// At most one event exists per idempotency key: enqueueing a stored key returns the stored
-    /// event unchanged (seed 001 § idempotency_key=). 1 to 255 characters. Unset by default.
+    /// event unchanged. 1 to 255 characters. Unset by default.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
         self
@@ -117,8 +117,8 @@ impl OutboxMessage {
         self
     }
 
-    /// Sets an explicit event id instead of a fresh UUID v7. The id must be a UUID version 7
-    /// (seed 001 § Модель outbox); another version is a validation error.
+    /// Sets an explicit event id instead of a fresh UUID v7. The id must be a UUID version 7;
+    /// another version is a validation error.
     pub fn id(mut self, id: Uuid) -> Self {
         self.id = Some(id);
         self

@@ -1,11 +1,11 @@
-//! Relay options with the seed's defaults (seed 001 § OutboxRelay).
+//! Relay options with hare's defaults.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::topic::TopicFilter;
 
-/// Smallest and largest batch size (seed 001 § OutboxRelay: `batch_size` from 1 to 10000).
+/// Smallest and largest batch size.
 pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
 
 /// Shortest poll interval: 10 ms. Shorter intervals spin on an empty table for no gain (a
@@ -21,23 +21,22 @@ pub const MIN_DELIVERY_TIMEOUT: Duration = Duration::from_millis(10);
 /// Smallest and largest concurrency: 1 to 10000.
 pub const CONCURRENCY_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
 
-/// Options of an [`OutboxRelay`](super::OutboxRelay). Every option has the seed's default; set
+/// Options of an [`OutboxRelay`](super::OutboxRelay). Every option has hare's default; set
 /// them with the `with_*` methods. Checked by [`RelayConfig::validate`] when the relay is built.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RelayConfig {
     /// How long to wait for a wake-up after a poll that leased nothing; a poll that leased
-    /// anything polls again at once (seed 001 § «Один опрос»). At least 10 ms
-    /// ([`MIN_POLL_INTERVAL`]). Defaults to 5 s.
+    /// anything polls again at once. At least 10 ms ([`MIN_POLL_INTERVAL`]). Defaults to 5 s.
     pub poll_interval: Duration,
     /// Most events leased per poll. 1 to 10000. Defaults to 100.
     pub batch_size: usize,
     /// Most events of one ordering key in one batch: the key's head and the ordered run of its
-    /// next events (DESIGN §7, beyond the seed's one event per key per batch). A run is
+    /// next events. A run is
     /// delivered in order — one after the other by a delivery that sends event by event, as one
     /// ordered batch by one that keeps key order
     /// ([`Delivery::keeps_key_order`](crate::Delivery::keeps_key_order)) — and the first failure
-    /// releases the rest of its run without counting an attempt. 1 to 10000; 1 gives the seed's
+    /// releases the rest of its run without counting an attempt. 1 to 10000; 1 gives hare's
     /// one event per key per batch. Defaults to 100.
     pub max_events_per_key: usize,
     /// Attempts before an event is dead-lettered. At least 1. Defaults to 5.
@@ -71,7 +70,7 @@ pub struct RelayConfig {
     /// An extra column of the outbox table, of type [`ColumnType::Json`](crate::ColumnType),
     /// into which each attempt's record from the delivery
     /// ([`DeliveryReport::record`](crate::DeliveryReport)) is written with the mark — for the
-    /// webhook `{"status_code", "body", "error"}` (seed 001 § WebhookDelivery, `result_field`).
+    /// webhook `{"status_code", "body", "error"}`.
     /// An attempt without a record leaves the column as it was. Checked when the relay is built:
     /// the table must declare the column with the JSON type. Defaults to none.
     pub result_column: Option<String>,

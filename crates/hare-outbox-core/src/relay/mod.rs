@@ -1,5 +1,4 @@
-//! The relay: leases events, delivers them outside any transaction, marks them
-//! (seed 001 § OutboxRelay, § Один опрос; DESIGN §7).
+//! The relay: leases events, delivers them outside any transaction, marks them.
 
 mod config;
 mod observe;
@@ -52,7 +51,7 @@ pub struct PollOutcome {
 /// Delivers the events of one outbox table to one delivery, at least once, strictly in order per
 /// ordering key.
 ///
-/// One poll (DESIGN §7): lease a batch in one statement — due, undelivered, not dead, not leased
+/// One poll: lease a batch in one statement — due, undelivered, not dead, not leased
 /// by a live relay; per ordering key an ordered run that starts at the key's head (no earlier
 /// undelivered event: failed and dead-lettered ones hold the key back) and holds at most
 /// [`RelayConfig::max_events_per_key`] events; events without a key in `sequence` order. Deliver
@@ -60,7 +59,7 @@ pub struct PollOutcome {
 /// lease three times per lease period; mark the delivered in one UPDATE and each failure with
 /// `attempts + 1`, `last_error` and a backoff, or a dead letter when attempts run out. After the
 /// first failure of a run its later events are released without counting an attempt, so the key
-/// keeps its order. A poll that leased anything polls again at once (seed 001 § «Один опрос»);
+/// keeps its order. A poll that leased anything polls again at once;
 /// after an empty poll the relay waits for a wake-up signal or the poll interval. The running
 /// relay ([`OutboxRelay::start`], [`OutboxRelay::run`]) leases and delivers the next batch while
 /// the previous batch's marks are written; the previous batch's events stay leased until then,
@@ -182,7 +181,7 @@ impl<B: Backend> OutboxRelay<B> {
     /// Returns dead-lettered events of this relay's topics to the queue with their attempts reset
     /// to 0; returns how many. `topics` (patterns as in [`RelayConfig::topics`]) and `ids` narrow
     /// the selection; an empty slice does not narrow. A retried event releases the later events
-    /// of its ordering key once it is delivered (seed 001 § «Мёртвые» события).
+    /// of its ordering key once it is delivered.
     ///
     /// # Errors
     /// [`Error::Configuration`] for a malformed pattern; [`Error::Database`] when the update fails.
@@ -392,7 +391,7 @@ impl<B: Backend> Inner<B> {
                 .poll_pipelined(&mut finishing, &mut contended_in_a_row)
                 .await
             {
-                // A poll that leased anything polls again at once (seed 001 § «Один опрос»).
+                // A poll that leased anything polls again at once.
                 Ok(true) => {
                     storage_errors = 0;
                     outage.recovered(&config.name);

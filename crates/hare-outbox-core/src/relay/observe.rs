@@ -1,4 +1,4 @@
-//! What the relay reports about itself (seed 001 § Наблюдение за relay).
+//! What the relay reports about itself.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 /// Delay before the next attempt after `attempts` failures (1 = the first failure):
-/// `min(base · 2^(attempts−1), max)`, then scaled by `1 + jitter` where `jitter` ∈ [−0.1, 0.1]
-/// (seed 001 § Один опрос, step 4).
+/// `min(base · 2^(attempts−1), max)`, then scaled by `1 + jitter` where `jitter` ∈ [−0.1, 0.1].
 pub fn retry_delay(attempts: i32, base: Duration, max: Duration, jitter: f64) -> Duration {
     let exponent = attempts.saturating_sub(1).clamp(0, 62);
     let raw = base.as_secs_f64() * 2f64.powi(exponent);

@@ -1,5 +1,5 @@
 //! The listener behind a broker wake-up: one task per wake-up object, shared by every relay that
-//! subscribes to it (seed 001 § Будильники, DESIGN §8).
+//! subscribes to it.
 //!
 //! The task holds the only strong [`broadcast::Sender`]; the wake-up object keeps a weak one. So
 //! the subscribers see the wake-up as closed exactly when the task ends — because it gave up, was

@@ -1,5 +1,5 @@
 //! Wake-ups: a signal after commit tells relays to poll now instead of waiting for the poll
-//! interval (seed 001 § Будильники). A wake-up is a hint: a lost signal only delays delivery until
+//! interval. A wake-up is a hint: a lost signal only delays delivery until
 //! the next poll.
 
 use std::collections::BTreeSet;

@@ -5,9 +5,5 @@
 mod common;
 mod enqueue;
 mod enqueue_spec;
-mod journal;
-mod marks;
-mod relay;
-mod relay_ops;
 mod runs;
 mod schema;

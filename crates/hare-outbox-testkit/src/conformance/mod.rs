@@ -1,18 +1,33 @@
-//! Conformance suites every database backend runs: public async functions generic over
-//! [`Backend`](hare_outbox_core::Backend), called from a backend's own `#[tokio::test]` functions
-//! with an outbox on that backend's test database (DESIGN §2). What the public API cannot do — set
-//! timestamps directly, store a payload in a chosen form — the backend's test supplies through
-//! [`RowEditor`] with its own SQL, so no backend's SQL lives here.
+//! The conformance suite every database backend runs: each scenario is a public async function
+//! generic over [`Harness`], which opens a fresh isolated database of the backend under test and
+//! edits rows in its SQL dialect, so no backend's SQL lives here. A backend's
+//! `tests/conformance.rs` implements [`Harness`] and invokes [`suite!`](crate::suite), which
+//! generates one `#[tokio::test]` per scenario; `docs/architecture.md` describes it as the
+//! checklist of a new backend. The journal and runs scenarios take an outbox (and a
+//! [`RowEditor`], which every [`Harness`] is) and are called the same way.
 
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use hare_outbox_core::OutboxTable;
 
+pub mod capture;
+pub mod cleanup_backlog;
+pub mod dead_letters;
+pub mod enqueue;
+pub mod harness;
+pub mod idempotency;
+pub mod inbox;
 pub mod journal;
+pub mod lease_order;
+pub mod marks;
+pub mod relay;
 pub mod runs;
+pub mod statements;
 
-/// A timestamp column of the outbox table (DESIGN §4) a suite sets directly.
+pub use harness::{Cell, EventState, Harness};
+
+/// A timestamp column of the outbox table a suite sets directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeColumn {
     /// `created_at`.
@@ -61,4 +76,148 @@ pub trait RowEditor {
         sequence: i64,
         json: &str,
     ) -> impl Future<Output = ()>;
+}
+
+/// Generates one `#[tokio::test]` per shared scenario for the [`Harness`] type given, each in
+/// a fresh database: `hare_outbox_testkit::suite!(MyHarness);` in a backend's `tests/`. The
+/// tests are grouped in modules named after the suite's modules (`enqueue::…`, `marks::…`), so
+/// `cargo nextest run -E 'test(/^marks::/)'` runs one group.
+///
+/// The harness type must be defined at the root of the test crate (the generated modules reach
+/// it through `use super::*`).
+#[macro_export]
+macro_rules! suite {
+    ($harness:ident) => {
+        $crate::suite!(@modules $harness;
+            enqueue: [
+                a_validation_error_writes_nothing,
+                a_long_run_keeps_the_given_order,
+                a_relay_wakes_on_commit_not_on_the_poll_interval,
+                an_event_commits_with_the_transaction_and_vanishes_with_its_rollback,
+                enqueue_many_is_all_or_nothing_and_the_callers_transaction_survives,
+                enqueue_many_writes_one_insert_per_run_and_keeps_the_order,
+                extra_columns_are_typed_checked_and_returned,
+                migrate_is_idempotent_and_safe_concurrently,
+                signals_are_coalesced_and_sent_only_after_commit,
+                the_stored_event_reads_back_as_written,
+                two_outbox_tables_in_one_database_do_not_see_each_other,
+            ],
+            idempotency: [
+                a_per_tenant_key_is_one_event_per_tenant,
+                a_stored_idempotency_key_returns_the_stored_event_unchanged,
+                a_table_wide_key_refuses_another_tenant,
+                a_taken_explicit_id_is_an_integrity_error,
+                keys_outlive_delivery_and_dead_letters_but_not_rollbacks,
+                without_a_scope_a_key_is_a_configuration_error,
+            ],
+            lease_order: [
+                a_lease_is_taken_again_only_after_it_ends_and_a_retry_only_when_due,
+                a_lease_takes_one_event_per_key_in_sequence_order_up_to_the_limit,
+                lease_and_backlog_take_exactly_the_topics_the_filter_matches,
+                relays_on_disjoint_topics_share_one_table,
+                two_running_relays_share_one_table_and_keep_per_key_order,
+            ],
+            marks: [
+                a_long_delivery_keeps_its_lease,
+                an_expired_lease_is_leased_again_and_the_old_holder_cannot_mark_it,
+                mark_delivered_keeps_the_first_published_at,
+                mark_failed_by_a_relay_that_no_longer_holds_the_lease_changes_nothing,
+                only_the_holder_extends_a_lease_and_never_of_a_published_event,
+            ],
+            relay: [
+                an_unreadable_row_is_dead_lettered_and_the_others_are_delivered,
+                an_unrouted_event_is_retried_then_dead_lettered_never_published,
+                failures_back_off_then_dead_letter_and_hold_back_only_their_key,
+                relay_events_reach_observers_and_metrics,
+                with_one_event_per_key_the_relay_delivers_in_order_retries_dead_letters_and_holds_back_the_dead_key,
+            ],
+            dead_letters: [
+                retry_without_ids_takes_every_dead_letter_of_the_topics_and_nothing_published,
+                retrying_a_dead_letter_releases_its_key,
+            ],
+            capture: [
+                changes_mode_writes_the_journal_with_the_author,
+                context_headers_and_tenant_from_the_row,
+                a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256,
+                envelope_of_insert_update_delete,
+                events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers,
+                install_is_idempotent_replaces_reports_drift_and_uninstalls,
+                install_refuses_bad_declarations_and_installs_nothing,
+                payload_modes_keys_before_and_after_changes,
+            ],
+            inbox: [
+                a_duplicate_is_skipped_and_a_rollback_forgotten,
+                cleanup_deletes_old_records_in_batches,
+            ],
+            cleanup_backlog: [
+                backlog_reports_pending_oldest_age_and_dead_letters,
+                cleanup_deletes_in_batches_without_blocking_writers,
+                one_delete_takes_one_batch_oldest_first_and_nothing_younger_than_the_cut_off,
+            ],
+        );
+        $crate::suite!(@journal $harness;
+            rows: [
+                every_filter_alone_and_combined,
+                every_status_through_the_backend_calls,
+                timeline_counts_backlog_and_latency_on_known_times,
+            ],
+            outbox: [
+                hostile_filter_values_match_nothing_and_break_nothing,
+                pages_walk_every_event_once_in_both_directions,
+                timeline_refuses_an_impossible_grid,
+            ],
+            backend: [extra_columns_are_decoded_as_event_get_does],
+        );
+    };
+    (@journal $harness:ident;
+        rows: [$($rows:ident),* $(,)?],
+        outbox: [$($plain:ident),* $(,)?],
+        backend: [$($backend:ident),* $(,)?] $(,)?
+    ) => {
+        mod journal {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::conformance::{Harness, harness::outbox, journal as suite};
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rows() {
+                    let h = <$harness as Harness>::open().await;
+                    suite::$rows(&outbox(&h).await, &h).await;
+                    h.close().await;
+                }
+            )*
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $plain() {
+                    let h = <$harness as Harness>::open().await;
+                    suite::$plain(&outbox(&h).await).await;
+                    h.close().await;
+                }
+            )*
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $backend() {
+                    let h = <$harness as Harness>::open().await;
+                    suite::$backend(h.backend()).await;
+                    h.close().await;
+                }
+            )*
+        }
+    };
+    (@modules $harness:ident; $($module:ident: [$($name:ident),* $(,)?]),* $(,)?) => {
+        $(
+            mod $module {
+                #[allow(unused_imports)]
+                use super::*;
+                $(
+                    #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        let h = <$harness as $crate::conformance::Harness>::open().await;
+                        $crate::conformance::$module::$name(&h).await;
+                        $crate::conformance::Harness::close(h).await;
+                    }
+                )*
+            }
+        )*
+    };
 }

@@ -1,0 +1,102 @@
+//! The shared conformance suite (`hare_outbox_testkit::conformance`) on PostgreSQL, each
+//! scenario in a fresh schema.
+
+use hare_outbox_core::OutboxTable;
+use hare_outbox_postgres::PgBackend;
+use hare_outbox_testkit::conformance::harness::update_sql;
+use hare_outbox_testkit::conformance::{Cell, Harness};
+use hare_outbox_testkit::pg::TestSchema;
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, PgConnection, Postgres};
+
+/// A schema of its own; timestamps bound as `timestamptz`, JSON cast to `jsonb`.
+struct Pg(TestSchema);
+
+impl Harness for Pg {
+    type Backend = PgBackend;
+    type Pooled = PoolConnection<Postgres>;
+    const WRITER_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+    const NAME: &'static str = "postgres";
+
+    async fn open() -> Self {
+        Pg(TestSchema::new(8).await)
+    }
+
+    fn backend(&self) -> PgBackend {
+        PgBackend::new(self.0.pool.clone())
+    }
+
+    async fn acquire(&self) -> PoolConnection<Postgres> {
+        self.0.pool.acquire().await.expect("acquire")
+    }
+
+    async fn execute(&self, sql: &str) {
+        let mut conn = self.acquire().await;
+        Self::execute_on(&mut conn, sql).await;
+    }
+
+    async fn execute_on(conn: &mut PgConnection, sql: &str) {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&self.0.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
+        let sql = update_sql(table, filter, set, |n, cell| match cell {
+            Cell::Json(_) => format!("${n}::jsonb"),
+            _ => format!("${n}"),
+        });
+        let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+        for (_, cell) in set {
+            query = match cell {
+                Cell::Time(time) => query.bind(*time),
+                Cell::Text(text) => query.bind(text.clone()),
+                Cell::Int(n) => query.bind(*n),
+                Cell::Json(json) => query.bind(json.clone()),
+            };
+        }
+        query
+            .execute(&self.0.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .rows_affected()
+    }
+
+    /// Valid JSON that PostgreSQL stores but the reader refuses: nested past its depth limit.
+    async fn insert_unreadable(&self, table: &OutboxTable, key: &str) -> i64 {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {table} (id, topic, payload, ordering_key, created_at) \
+             VALUES (gen_random_uuid(), 'unreadable', $1::jsonb, $2, now())"
+        )))
+        .bind(deep)
+        .bind(key)
+        .execute(&self.0.pool)
+        .await
+        .expect("insert a hand-written row");
+        1
+    }
+
+    async fn triggers(&self) -> i64 {
+        self.scalar(
+            "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = current_schema() AND NOT t.tgisinternal",
+        )
+        .await
+    }
+
+    async fn close(self) {
+        self.0.drop_schema().await;
+    }
+}
+
+hare_outbox_testkit::suite!(Pg);

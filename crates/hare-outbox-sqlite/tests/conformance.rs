@@ -1,0 +1,104 @@
+//! The shared conformance suite (`hare_outbox_testkit::conformance`) on SQLite, each scenario
+//! on a fresh database file.
+
+use hare_outbox_core::OutboxTable;
+use hare_outbox_sqlite::SqliteBackend;
+use hare_outbox_testkit::conformance::harness::update_sql;
+use hare_outbox_testkit::conformance::{Cell, Harness};
+use hare_outbox_testkit::sqlite::TestDb;
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, Sqlite, SqliteConnection};
+
+/// A database file of its own; timestamps stored as the backend stores them (RFC 3339 text in
+/// UTC with microseconds), JSON as its text.
+struct Lite(TestDb);
+
+impl Harness for Lite {
+    type Backend = SqliteBackend;
+    type Pooled = PoolConnection<Sqlite>;
+    const WRITER_WAIT_LIMIT: std::time::Duration = hare_outbox_sqlite::BUSY_TIMEOUT;
+    const NAME: &'static str = "sqlite";
+
+    async fn open() -> Self {
+        Lite(TestDb::new(4).await)
+    }
+
+    fn backend(&self) -> SqliteBackend {
+        SqliteBackend::new(self.0.pool.clone())
+    }
+
+    async fn acquire(&self) -> PoolConnection<Sqlite> {
+        self.0.pool.acquire().await.expect("acquire")
+    }
+
+    async fn execute(&self, sql: &str) {
+        let mut conn = self.acquire().await;
+        Self::execute_on(&mut conn, sql).await;
+    }
+
+    async fn execute_on(conn: &mut SqliteConnection, sql: &str) {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&self.0.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
+        let sql = update_sql(table, filter, set, |n, _| format!("?{n}"));
+        let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+        for (_, cell) in set {
+            query = match cell {
+                Cell::Time(time) => {
+                    query.bind(time.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()))
+                }
+                Cell::Text(text) => query.bind(text.clone()),
+                Cell::Int(n) => query.bind(*n),
+                Cell::Json(json) => query.bind(json.clone()),
+            };
+        }
+        query
+            .execute(&self.0.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .rows_affected()
+    }
+
+    /// A payload that is not JSON, and a creation time that is not a time.
+    async fn insert_unreadable(&self, table: &OutboxTable, key: &str) -> i64 {
+        for (payload, created) in [
+            ("not json {", "2026-11-30T11:00:00.000000Z"),
+            ("{}", "yesterday"),
+        ] {
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {table} (id, topic, payload, ordering_key, created_at) \
+                 VALUES (?1, 'unreadable', ?2, ?3, ?4)"
+            )))
+            .bind(uuid::Uuid::now_v7().to_string())
+            .bind(payload)
+            .bind(key)
+            .bind(created)
+            .execute(&self.0.pool)
+            .await
+            .expect("insert a hand-written row");
+        }
+        2
+    }
+
+    async fn triggers(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
+            .await
+    }
+
+    async fn close(self) {
+        self.0.close().await;
+    }
+}
+
+hare_outbox_testkit::suite!(Lite);
