@@ -194,15 +194,14 @@ async fn a_receiver_answering_500_gets_retries_with_growing_delays_then_a_dead_l
         .windows(2)
         .map(|w| (w[1].received_at - w[0].received_at).as_secs_f64())
         .collect();
-    // 0.15 s, 0.3 s, 0.6 s, each ±10%.
+    // 0.15 s, 0.3 s, 0.6 s, each ±10%, plus up to a poll interval and a loaded machine's delay:
+    // the lower bounds show the doubling (a late retry may exceed the next one's backoff, so the
+    // gaps themselves are not compared).
     assert!(
         gaps[0] >= 0.135 && gaps[1] >= 0.27 && gaps[2] >= 0.54,
         "{gaps:?}"
     );
-    assert!(
-        gaps[1] > gaps[0] && gaps[2] > gaps[1],
-        "delays grow: {gaps:?}"
-    );
+    assert!(gaps.iter().all(|g| *g < 10.0), "{gaps:?}");
     assert!(
         outbox
             .get(held_back.id)

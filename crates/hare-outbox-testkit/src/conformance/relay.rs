@@ -218,15 +218,14 @@ pub async fn failures_back_off_then_dead_letter_and_hold_back_only_their_key<H: 
         .windows(2)
         .map(|w| (w[1] - w[0]).as_secs_f64())
         .collect();
-    // 0.1 s, 0.2 s, 0.4 s, each ±10%, plus up to one poll interval.
+    // 0.1 s, 0.2 s, 0.4 s, each ±10%, plus up to one poll interval and whatever a loaded machine
+    // adds: the lower bounds show the doubling (a late first retry can exceed the second's
+    // backoff, so the gaps themselves are not compared).
     assert!(
         gaps[0] >= 0.09 && gaps[1] >= 0.18 && gaps[2] >= 0.36,
         "{gaps:?}"
     );
-    assert!(
-        gaps[1] > gaps[0] && gaps[2] > gaps[1],
-        "delays grow: {gaps:?}"
-    );
+    assert!(gaps.iter().all(|g| *g < 10.0), "{gaps:?}");
     assert_eq!(relay.stats().dead_lettered, 1);
     assert_eq!(relay.stats().failed, 3);
 }
