@@ -111,7 +111,10 @@ impl<B: Backend> Outbox<B> {
     /// `sequence` is taken at INSERT, not at COMMIT: two transactions writing the same ordering key
     /// concurrently may commit in the other order than their sequences. The relay never skips the
     /// later-committing one (it claims by state), but such two events are delivered in sequence
-    /// order, which is the order in which they were written, not committed.
+    /// order, which is the order in which they were written, not committed. In **strict** mode
+    /// ([`OutboxMessage::strict_order`], [`OutboxTable::with_strict_key_order`]) enqueue first
+    /// locks the key until the end of the transaction, so writers of one key serialize and the
+    /// delivery order of a key is its commit order.
     ///
     /// # Errors
     /// - [`Error::Validation`]: a refused argument (see [`OutboxMessage::validate`]), an extra
@@ -211,6 +214,7 @@ impl<B: Backend> Outbox<B> {
             ordering_key,
             idempotency_key,
             extra,
+            strict_order,
             ..
         } = message;
         let table = &self.table;
@@ -263,6 +267,7 @@ impl<B: Backend> Outbox<B> {
             }
         }
         let payload = payload.map_err(|m| Error::validation("payload", m))?;
+        let strict = ordering_key.is_some() && (strict_order || table.strict_key_order());
         // Extra values in the table's column order, so equal shapes batch together.
         let mut extra = extra;
         extra.sort_by_key(|(name, _)| table.columns().iter().position(|c| c.name() == name));
@@ -275,6 +280,7 @@ impl<B: Backend> Outbox<B> {
             idempotency_key,
         )
         .with_extra(extra)
+        .with_strict_order(strict)
         .with_notify_channel(
             self.wakeup
                 .as_ref()
