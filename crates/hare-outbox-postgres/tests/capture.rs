@@ -244,6 +244,7 @@ async fn changes_mode_writes_the_journal_of_seed_000() {
         .with_payload(ChangePayload::Changes)
         .with_exclude(["updated_at"])
         .with_operations([RowOperation::Update])
+        .with_skip_unchanged(true)
         .install(&db.outbox)
         .await
         .unwrap();
@@ -384,6 +385,7 @@ async fn fields_limit_the_rows_and_updates_of_other_columns_write_nothing() {
     ChangeCapture::new("loans")
         .with_fields(["status"])
         .with_payload(ChangePayload::BeforeAndAfter)
+        .with_skip_unchanged(true)
         .install(&db.outbox)
         .await
         .unwrap();

@@ -378,6 +378,7 @@ async fn changes_mode_writes_the_journal_of_seed_000_with_the_author() {
         .with_payload(ChangePayload::Changes)
         .with_exclude(["updated_at"])
         .with_operations([RowOperation::Update])
+        .with_skip_unchanged(true)
         .install(&db.outbox)
         .await
         .unwrap();
