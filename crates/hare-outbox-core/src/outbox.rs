@@ -122,8 +122,15 @@ impl<B: Backend> Outbox<B> {
     ///   value; nothing written.
     /// - [`Error::Configuration`]: an idempotency key on a table without a unique constraint for it.
     /// - [`Error::Integrity`]: a unique violation other than the idempotency key (an explicit id
-    ///   that is taken; a key taken by another tenant's event).
+    ///   that is taken; a key taken by another tenant's event), or a foreign-key, NOT NULL or CHECK
+    ///   violation of the row; the message names the constraint (on SQLite: the column or CHECK,
+    ///   not the foreign key, which SQLite does not name).
     /// - [`Error::TransactionRetry`]: a deadlock or serialization failure; retry the transaction.
+    ///   This includes an idempotency key committed by another transaction after this
+    ///   transaction's REPEATABLE READ or SERIALIZABLE snapshot was taken: the stored event is
+    ///   invisible to it, so it can neither return it nor write its own. Retrying sees the key and
+    ///   returns the stored event, which is what a caller of an idempotent enqueue wants (seed 001
+    ///   calls it an integrity error; we report the retry, because it is recoverable).
     /// - [`Error::Database`]: anything else the database reports.
     pub async fn enqueue(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<OutboxEvent> {
         Ok(self.insert(conn, message).await?.event)

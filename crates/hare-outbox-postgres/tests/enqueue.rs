@@ -355,7 +355,7 @@ async fn extra_columns_are_typed_checked_and_returned() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::Database { .. }), "{e}");
+    assert!(matches!(e, Error::Integrity { .. }), "{e}");
     // Deleting the subscription deletes its events (ON DELETE CASCADE).
     sqlx::query("DELETE FROM subscriptions WHERE id = 2")
         .execute(&mut *conn)

@@ -616,7 +616,7 @@ async fn extra_columns_are_typed_checked_and_returned() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::Database { .. }), "{e}");
+    assert!(matches!(e, Error::Integrity { .. }), "{e}");
     let e = outbox
         .enqueue_many(
             &mut conn,
@@ -627,7 +627,7 @@ async fn extra_columns_are_typed_checked_and_returned() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::Database { .. }), "{e}");
+    assert!(matches!(e, Error::Integrity { .. }), "{e}");
     assert_eq!(count(&db.pool, "outbox").await, 4);
     // Deleting the subscription deletes its events (ON DELETE CASCADE).
     sqlx::query("DELETE FROM subscriptions WHERE id = 2")
@@ -696,7 +696,7 @@ async fn migrate_adds_missing_extra_columns_to_an_existing_table() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e, Error::Database { .. }),
+        matches!(e, Error::Integrity { .. }),
         "the added foreign key holds: {e}"
     );
     // The existing table's UNIQUE (idempotency_key) still serves the keys.
