@@ -170,6 +170,24 @@ impl WakeupSettings {
         }
     }
 
+    /// Refuses what a relay cannot apply: `mode = "in_transaction"` sets when writers NOTIFY,
+    /// and a relay writes no events (it only listens). `after_commit`, the default, is what the
+    /// relay's own wake-up object does and is accepted.
+    ///
+    /// # Errors
+    /// A usage error naming the key, the value and what to do instead.
+    pub fn check_for_relay(&self) -> anyhow::Result<()> {
+        match self {
+            WakeupSettings::ListenNotify {
+                mode: WakeupMode::InTransaction,
+                ..
+            } => Err(usage(
+                "[wakeup] mode = \"in_transaction\" decides when writers send their NOTIFY, and the relay writes no events, so it cannot apply it; give the writers' own ListenNotifyWakeup NotifyMode::InTransaction, or capture triggers `notify`, and remove mode here (or set it to \"after_commit\")",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Builds a broker wake-up; `None` for `none` and `listen_notify` (which needs the pool).
     /// Nothing is connected until the relay subscribes.
     ///
@@ -412,6 +430,28 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_relay_refuses_a_writers_mode_it_cannot_apply() {
+        use super::{WakeupMode, WakeupSettings};
+        let settings = |mode| WakeupSettings::ListenNotify {
+            channel: "erp".to_owned(),
+            mode,
+            listen_url: None,
+        };
+        let e = format!(
+            "{:#}",
+            settings(WakeupMode::InTransaction)
+                .check_for_relay()
+                .unwrap_err()
+        );
+        assert!(
+            e.contains("mode = \"in_transaction\"") && e.contains("after_commit"),
+            "{e}"
+        );
+        assert!(settings(WakeupMode::AfterCommit).check_for_relay().is_ok());
+        assert!(WakeupSettings::None.check_for_relay().is_ok());
+    }
+
     use super::*;
 
     fn resolve_text(
