@@ -177,6 +177,7 @@ impl<B: Backend> Outbox<B> {
             outbox: self.clone(),
             tx: self.backend.begin().await?,
             signals: PendingSignals::default(),
+            other_signals: Vec::new(),
         })
     }
 
@@ -189,7 +190,20 @@ impl<B: Backend> Outbox<B> {
     }
 
     async fn insert(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<Inserted> {
-        let params = self.insert_params(message)?;
+        self.insert_with(conn, message, None).await
+    }
+
+    /// Like `insert`, signalling through `wakeup` instead of the outbox's wake-up when given.
+    async fn insert_with(
+        &self,
+        conn: &mut B::Conn,
+        message: OutboxMessage,
+        wakeup: Option<&Arc<dyn Wakeup>>,
+    ) -> Result<Inserted> {
+        let mut params = self.insert_params(message)?;
+        if let Some(wakeup) = wakeup {
+            params = params.with_notify_channel(wakeup.in_transaction_channel().map(str::to_owned));
+        }
         self.backend.event_insert(conn, &self.table, &params).await
     }
 
@@ -198,10 +212,26 @@ impl<B: Backend> Outbox<B> {
         conn: &mut B::Conn,
         messages: impl IntoIterator<Item = OutboxMessage>,
     ) -> Result<Vec<Inserted>> {
+        self.insert_many_with(conn, messages, None).await
+    }
+
+    async fn insert_many_with(
+        &self,
+        conn: &mut B::Conn,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+        wakeup: Option<&Arc<dyn Wakeup>>,
+    ) -> Result<Vec<Inserted>> {
+        let channel = wakeup.map(|w| w.in_transaction_channel().map(str::to_owned));
         let params = messages
             .into_iter()
             .enumerate()
-            .map(|(i, m)| self.insert_params(m).map_err(|e| at_message(i, e)))
+            .map(|(i, m)| {
+                let params = self.insert_params(m).map_err(|e| at_message(i, e))?;
+                Ok(match &channel {
+                    Some(channel) => params.with_notify_channel(channel.clone()),
+                    None => params,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         if params.is_empty() {
             return Ok(Vec::new());
@@ -316,6 +346,8 @@ pub struct OutboxTransaction<B: Backend> {
     outbox: Outbox<B>,
     tx: B::Transaction,
     signals: PendingSignals,
+    /// Topics written by [`OutboxTransaction::enqueue_with`], per wake-up given there.
+    other_signals: Vec<(Arc<dyn Wakeup>, PendingSignals)>,
 }
 
 impl<B: Backend> std::fmt::Debug for OutboxTransaction<B> {
@@ -370,6 +402,70 @@ impl<B: Backend> OutboxTransaction<B> {
         Ok(inserted.into_iter().map(|i| i.event).collect())
     }
 
+    /// [`enqueue`](Self::enqueue) signalling through `wakeup` instead of the outbox's wake-up
+    /// (seed 001 § enqueue(), `wakeup=`): after commit, `wakeup` gets one signal naming the
+    /// topics written through it in this transaction (coalesced like the outbox's own); a wake-up
+    /// that rides the transaction (`ListenNotifyWakeup` in `NotifyMode::InTransaction`) notifies
+    /// its own channel at COMMIT. The outbox's wake-up, if any, is not signalled for this event.
+    /// Nothing is signalled after a rollback or for an idempotency key that was already stored.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when `wakeup` cannot work with this backend
+    /// ([`Wakeup::check_supported`]), before anything is written; otherwise as [`Outbox::enqueue`].
+    pub async fn enqueue_with(
+        &mut self,
+        message: OutboxMessage,
+        wakeup: Arc<dyn Wakeup>,
+    ) -> Result<OutboxEvent> {
+        wakeup.check_supported(self.outbox.backend.name())?;
+        let inserted = self
+            .outbox
+            .insert_with(&mut self.tx, message, Some(&wakeup))
+            .await?;
+        if inserted.created {
+            self.signals_of(wakeup).add(&inserted.event.topic);
+        }
+        Ok(inserted.event)
+    }
+
+    /// [`enqueue_many`](Self::enqueue_many) signalling through `wakeup`, as
+    /// [`enqueue_with`](Self::enqueue_with) does.
+    ///
+    /// # Errors
+    /// As [`enqueue_with`](Self::enqueue_with) and [`Outbox::enqueue_many`].
+    pub async fn enqueue_many_with(
+        &mut self,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+        wakeup: Arc<dyn Wakeup>,
+    ) -> Result<Vec<OutboxEvent>> {
+        wakeup.check_supported(self.outbox.backend.name())?;
+        let inserted = self
+            .outbox
+            .insert_many_with(&mut self.tx, messages, Some(&wakeup))
+            .await?;
+        let signals = self.signals_of(wakeup);
+        for i in inserted.iter().filter(|i| i.created) {
+            signals.add(&i.event.topic);
+        }
+        Ok(inserted.into_iter().map(|i| i.event).collect())
+    }
+
+    /// The pending topics of a per-call wake-up (the same object counts once).
+    fn signals_of(&mut self, wakeup: Arc<dyn Wakeup>) -> &mut PendingSignals {
+        let at = match self
+            .other_signals
+            .iter()
+            .position(|(w, _)| Arc::ptr_eq(w, &wakeup))
+        {
+            Some(at) => at,
+            None => {
+                self.other_signals.push((wakeup, PendingSignals::default()));
+                self.other_signals.len() - 1
+            }
+        };
+        &mut self.other_signals[at].1
+    }
+
     /// The topics that will be signalled after commit, sorted.
     pub fn pending_topics(&self) -> Vec<String> {
         self.signals.topics()
@@ -385,18 +481,25 @@ impl<B: Backend> OutboxTransaction<B> {
             outbox,
             tx,
             signals,
+            other_signals,
         } = self;
         outbox.backend.commit(tx).await?;
-        // A wake-up that rides the transaction (NOTIFY) was already delivered by the commit.
-        if let Some(wakeup) = outbox.wakeup.as_ref()
-            && wakeup.in_transaction_channel().is_none()
-            && !signals.is_empty()
-            && let Err(error) = wakeup.signal(&signals.topics()).await
-        {
-            tracing::warn!(
-                error = &error as &dyn std::error::Error,
-                "wake-up signal failed; relays will find the events by polling"
-            );
+        let all = outbox
+            .wakeup
+            .iter()
+            .map(|w| (w, &signals))
+            .chain(other_signals.iter().map(|(w, s)| (w, s)));
+        for (wakeup, signals) in all {
+            // A wake-up that rides the transaction (NOTIFY) was already delivered by the commit.
+            if wakeup.in_transaction_channel().is_none()
+                && !signals.is_empty()
+                && let Err(error) = wakeup.signal(&signals.topics()).await
+            {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "wake-up signal failed; relays will find the events by polling"
+                );
+            }
         }
         Ok(())
     }
