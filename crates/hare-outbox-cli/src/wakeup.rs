@@ -45,6 +45,10 @@ pub struct WakeupSection {
     pub bootstrap_servers: Option<String>,
     /// kafka: the signal topic. Default `hare_outbox`.
     pub topic: Option<String>,
+    /// kafka: whether a missing signal topic is created. Default `true`.
+    pub create_topic: Option<bool>,
+    /// kafka: the replication factor of a created signal topic. Default: the broker's.
+    pub replication_factor: Option<i32>,
     /// listen_notify: a direct `postgres://` URL for the LISTEN connection when `database_url`
     /// goes through a transaction pooler (which cannot hold LISTEN); no password allowed here.
     pub listen_url: Option<String>,
@@ -97,7 +101,12 @@ impl WakeupKind {
             WakeupKind::Redis => &["url", "url_env", "url_file", "channel"],
             WakeupKind::Nats => &["url", "url_env", "url_file", "subject"],
             WakeupKind::Rabbitmq => &["url", "url_env", "url_file", "exchange"],
-            WakeupKind::Kafka => &["bootstrap_servers", "topic"],
+            WakeupKind::Kafka => &[
+                "bootstrap_servers",
+                "topic",
+                "create_topic",
+                "replication_factor",
+            ],
         }
     }
 }
@@ -153,6 +162,10 @@ pub enum WakeupSettings {
         bootstrap_servers: String,
         /// The signal topic; `None` for the default.
         topic: Option<String>,
+        /// Whether a missing signal topic is created.
+        create_topic: bool,
+        /// The replication factor of a created signal topic; `None` = the broker's default.
+        replication_factor: Option<i32>,
     },
 }
 
@@ -220,10 +233,16 @@ impl WakeupSettings {
             WakeupSettings::Kafka {
                 bootstrap_servers,
                 topic,
+                create_topic,
+                replication_factor,
             } => {
-                let mut wakeup = hare_outbox::kafka::KafkaWakeup::new(bootstrap_servers)?;
+                let mut wakeup = hare_outbox::kafka::KafkaWakeup::new(bootstrap_servers)?
+                    .with_create_topic(*create_topic);
                 if let Some(topic) = topic {
                     wakeup = wakeup.with_topic(topic.clone())?;
+                }
+                if let Some(factor) = replication_factor {
+                    wakeup = wakeup.with_replication_factor(*factor)?;
                 }
                 Some(Arc::new(wakeup))
             }
@@ -272,6 +291,7 @@ impl WakeupSettings {
             WakeupSettings::Kafka {
                 bootstrap_servers,
                 topic,
+                ..
             } => format!(
                 "kafka {bootstrap_servers} signal topic {:?}",
                 or_default(topic)
@@ -312,6 +332,8 @@ pub fn resolve(
         ("exchange", section.exchange.is_some()),
         ("bootstrap_servers", section.bootstrap_servers.is_some()),
         ("topic", section.topic.is_some()),
+        ("create_topic", section.create_topic.is_some()),
+        ("replication_factor", section.replication_factor.is_some()),
         ("listen_url", section.listen_url.is_some()),
         ("listen_url_env", section.listen_url_env.is_some()),
         ("listen_url_file", section.listen_url_file.is_some()),
@@ -415,9 +437,19 @@ pub fn resolve(
                     "topic = {topic:?} is not a valid Kafka topic name: {reason}"
                 )));
             }
+            if let Some(factor) = section.replication_factor
+                && !(1..=i32::from(i16::MAX)).contains(&factor)
+            {
+                return Err(usage(format!(
+                    "replication_factor = {factor} is not allowed; use 1 to {}, or leave it out for the broker's default",
+                    i16::MAX
+                )));
+            }
             WakeupSettings::Kafka {
                 bootstrap_servers,
                 topic: section.topic.clone(),
+                create_topic: section.create_topic.unwrap_or(true),
+                replication_factor: section.replication_factor,
             }
         }
     };
@@ -549,8 +581,32 @@ mod tests {
             s,
             WakeupSettings::Kafka {
                 bootstrap_servers: "k1:9092".to_owned(),
-                topic: None
+                topic: None,
+                create_topic: true,
+                replication_factor: None,
             }
+        );
+        let s = resolve_text(
+            "kind = \"kafka\"\ncreate_topic = false\nreplication_factor = 3",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            WakeupSettings::Kafka {
+                bootstrap_servers: "k1:9092".to_owned(),
+                topic: None,
+                create_topic: false,
+                replication_factor: Some(3),
+            }
+        );
+        let e = format!(
+            "{:#}",
+            resolve_text("kind = \"kafka\"\nreplication_factor = 0", &env).unwrap_err()
+        );
+        assert!(
+            e.contains("replication_factor = 0") && e.contains("1 to 32767"),
+            "{e}"
         );
         let mut warnings = Vec::new();
         resolve(None, Path::new(""), &env, &mut warnings).unwrap();
