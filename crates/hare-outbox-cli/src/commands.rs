@@ -227,6 +227,7 @@ pub async fn relay(
     // Validate before connecting, so a config mistake is reported as one.
     settings.relay.validate()?;
     settings.wakeup.check_backend(database.kind)?;
+    settings.wakeup.check_for_relay()?;
     let broker_wakeup = settings.wakeup.build_broker()?;
     let db = Db::connect(database).await?;
     match db {

@@ -1272,7 +1272,7 @@ fn build_webhook(
             .with_context(|| format!("signature_header {name:?}"))?;
     }
     if let Some(secret) = &settings.secret {
-        delivery = delivery.with_secret(secret.clone());
+        delivery = delivery.with_secret(secret.clone())?;
     }
     Ok(delivery)
 }

@@ -44,6 +44,10 @@ pub struct WakeupSection {
     pub bootstrap_servers: Option<String>,
     /// kafka: the signal topic. Default `hare_outbox`.
     pub topic: Option<String>,
+    /// kafka: whether a missing signal topic is created. Default `true`.
+    pub create_topic: Option<bool>,
+    /// kafka: the replication factor of a created signal topic. Default: the broker's.
+    pub replication_factor: Option<i32>,
     /// listen_notify: a direct `postgres://` URL for the LISTEN connection when `database_url`
     /// goes through a transaction pooler (which cannot hold LISTEN); no password allowed here.
     pub listen_url: Option<String>,
@@ -96,7 +100,12 @@ impl WakeupKind {
             WakeupKind::Redis => &["url", "url_env", "url_file", "channel"],
             WakeupKind::Nats => &["url", "url_env", "url_file", "subject"],
             WakeupKind::Rabbitmq => &["url", "url_env", "url_file", "exchange"],
-            WakeupKind::Kafka => &["bootstrap_servers", "topic"],
+            WakeupKind::Kafka => &[
+                "bootstrap_servers",
+                "topic",
+                "create_topic",
+                "replication_factor",
+            ],
         }
     }
 }
@@ -152,6 +161,10 @@ pub enum WakeupSettings {
         bootstrap_servers: String,
         /// The signal topic; `None` for the default.
         topic: Option<String>,
+        /// Whether a missing signal topic is created.
+        create_topic: bool,
+        /// The replication factor of a created signal topic; `None` = the broker's default.
+        replication_factor: Option<i32>,
     },
 }
 
@@ -164,6 +177,24 @@ impl WakeupSettings {
         match (self, kind) {
             (WakeupSettings::ListenNotify { .. }, DbKind::Sqlite) => Err(usage(
                 "[wakeup] kind = \"listen_notify\" needs PostgreSQL LISTEN/NOTIFY, but the database URL selects the sqlite backend; use kind = \"none\" (the relay polls), a broker wake-up (redis, nats, rabbitmq, kafka) or a postgres:// URL",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses what a relay cannot apply: `mode = "in_transaction"` sets when writers NOTIFY,
+    /// and a relay writes no events (it only listens). `after_commit`, the default, is what the
+    /// relay's own wake-up object does and is accepted.
+    ///
+    /// # Errors
+    /// A usage error naming the key, the value and what to do instead.
+    pub fn check_for_relay(&self) -> anyhow::Result<()> {
+        match self {
+            WakeupSettings::ListenNotify {
+                mode: WakeupMode::InTransaction,
+                ..
+            } => Err(usage(
+                "[wakeup] mode = \"in_transaction\" decides when writers send their NOTIFY, and the relay writes no events, so it cannot apply it; give the writers' own ListenNotifyWakeup NotifyMode::InTransaction, or capture triggers `notify`, and remove mode here (or set it to \"after_commit\")",
             )),
             _ => Ok(()),
         }
@@ -201,10 +232,16 @@ impl WakeupSettings {
             WakeupSettings::Kafka {
                 bootstrap_servers,
                 topic,
+                create_topic,
+                replication_factor,
             } => {
-                let mut wakeup = hare_outbox::kafka::KafkaWakeup::new(bootstrap_servers)?;
+                let mut wakeup = hare_outbox::kafka::KafkaWakeup::new(bootstrap_servers)?
+                    .with_create_topic(*create_topic);
                 if let Some(topic) = topic {
                     wakeup = wakeup.with_topic(topic.clone())?;
+                }
+                if let Some(factor) = replication_factor {
+                    wakeup = wakeup.with_replication_factor(*factor)?;
                 }
                 Some(Arc::new(wakeup))
             }
@@ -253,6 +290,7 @@ impl WakeupSettings {
             WakeupSettings::Kafka {
                 bootstrap_servers,
                 topic,
+                ..
             } => format!(
                 "kafka {bootstrap_servers} signal topic {:?}",
                 or_default(topic)
@@ -293,6 +331,8 @@ pub fn resolve(
         ("exchange", section.exchange.is_some()),
         ("bootstrap_servers", section.bootstrap_servers.is_some()),
         ("topic", section.topic.is_some()),
+        ("create_topic", section.create_topic.is_some()),
+        ("replication_factor", section.replication_factor.is_some()),
         ("listen_url", section.listen_url.is_some()),
         ("listen_url_env", section.listen_url_env.is_some()),
         ("listen_url_file", section.listen_url_file.is_some()),
@@ -396,9 +436,19 @@ pub fn resolve(
                     "topic = {topic:?} is not a valid Kafka topic name: {reason}"
                 )));
             }
+            if let Some(factor) = section.replication_factor
+                && !(1..=i32::from(i16::MAX)).contains(&factor)
+            {
+                return Err(usage(format!(
+                    "replication_factor = {factor} is not allowed; use 1 to {}, or leave it out for the broker's default",
+                    i16::MAX
+                )));
+            }
             WakeupSettings::Kafka {
                 bootstrap_servers,
                 topic: section.topic.clone(),
+                create_topic: section.create_topic.unwrap_or(true),
+                replication_factor: section.replication_factor,
             }
         }
     };
@@ -411,6 +461,28 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_relay_refuses_a_writers_mode_it_cannot_apply() {
+        use super::{WakeupMode, WakeupSettings};
+        let settings = |mode| WakeupSettings::ListenNotify {
+            channel: "erp".to_owned(),
+            mode,
+            listen_url: None,
+        };
+        let e = format!(
+            "{:#}",
+            settings(WakeupMode::InTransaction)
+                .check_for_relay()
+                .unwrap_err()
+        );
+        assert!(
+            e.contains("mode = \"in_transaction\"") && e.contains("after_commit"),
+            "{e}"
+        );
+        assert!(settings(WakeupMode::AfterCommit).check_for_relay().is_ok());
+        assert!(WakeupSettings::None.check_for_relay().is_ok());
+    }
+
     use super::*;
 
     fn resolve_text(
@@ -508,8 +580,32 @@ mod tests {
             s,
             WakeupSettings::Kafka {
                 bootstrap_servers: "k1:9092".to_owned(),
-                topic: None
+                topic: None,
+                create_topic: true,
+                replication_factor: None,
             }
+        );
+        let s = resolve_text(
+            "kind = \"kafka\"\ncreate_topic = false\nreplication_factor = 3",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            WakeupSettings::Kafka {
+                bootstrap_servers: "k1:9092".to_owned(),
+                topic: None,
+                create_topic: false,
+                replication_factor: Some(3),
+            }
+        );
+        let e = format!(
+            "{:#}",
+            resolve_text("kind = \"kafka\"\nreplication_factor = 0", &env).unwrap_err()
+        );
+        assert!(
+            e.contains("replication_factor = 0") && e.contains("1 to 32767"),
+            "{e}"
         );
         let mut warnings = Vec::new();
         resolve(None, Path::new(""), &env, &mut warnings).unwrap();

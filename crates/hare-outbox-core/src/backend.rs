@@ -39,9 +39,19 @@ pub struct EventInsertParams {
     /// the transaction ([`Wakeup::in_transaction_channel`](crate::Wakeup::in_transaction_channel)).
     /// Backends without in-transaction signals ignore it.
     pub notify_channel: Option<String>,
+    /// Strict per-key commit order: before the INSERT, lock the ordering key until the end of the
+    /// transaction, so that writers of one key commit in sequence order. Set by the core only with
+    /// an ordering key. Backends with one writer at a time may ignore it.
+    pub strict_order: bool,
 }
 
 impl EventInsertParams {
+    /// Sets strict per-key commit order ([`EventInsertParams::strict_order`]).
+    pub fn with_strict_order(mut self, strict: bool) -> Self {
+        self.strict_order = strict;
+        self
+    }
+
     /// Sets the extra column values.
     pub fn with_extra(mut self, extra: Vec<(String, ExtraValue)>) -> Self {
         self.extra = extra;
@@ -330,6 +340,7 @@ impl EventInsertParams {
             idempotency_key,
             extra: Vec::new(),
             notify_channel: None,
+            strict_order: false,
         }
     }
 }

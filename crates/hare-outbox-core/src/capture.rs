@@ -21,12 +21,15 @@
 //! - `operation`: `inserted`, `updated` or `deleted`;
 //! - `pk`: the primary key's value, or an object of its columns for a composite key;
 //! - `changed`: for an update, the captured columns whose values differ (`IS DISTINCT FROM`), in
-//!   table column order; `null` for an insert or a delete;
+//!   table column order, possibly none (`[]`); `null` for an insert or a delete;
 //! - `before` / `after`: per [`ChangePayload`];
 //! - `occurred_at`: when the writing statement started, ISO 8601 in UTC (`+00:00`), with six
 //!   fractional digits unless they are all zero.
 //!
-//! An update that changes none of the captured columns writes no event.
+//! Every row a statement touches writes an event, also an update that changed none of the
+//! captured columns (`changed` is then `[]`): `fields` and `exclude` narrow what an event holds,
+//! not which rows are captured. [`ChangeCapture::skip_unchanged`] writes nothing for such an
+//! update instead.
 //!
 //! A trigger cannot call Rust, so what hare's `extend` adds comes from the database:
 //! [`Outbox::set_context`] stores headers for the current transaction, which every captured event
@@ -260,6 +263,14 @@ pub struct ChangeCapture {
         with = "notify_serde"
     )]
     pub notify: Option<String>,
+    /// Whether an UPDATE that leaves every captured column as it was (a column set to its own
+    /// value, or only columns outside `fields` / in `exclude` changed) writes no event. Off by
+    /// default: every row a statement touches writes an event, `changed` listing the captured
+    /// columns that differ (possibly none) — `fields` and `exclude` narrow what an event holds,
+    /// not which rows are captured. Turn it on for journal-style consumers that only care about
+    /// visible changes. Defaults to `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_unchanged: bool,
 }
 
 /// `notify` in configuration files: a channel name, `true` for [`DEFAULT_NOTIFY_CHANNEL`] or
@@ -352,7 +363,15 @@ impl ChangeCapture {
             ordering_key: default_ordering_key(),
             extra_from_row: BTreeMap::new(),
             notify: None,
+            skip_unchanged: false,
         }
+    }
+
+    /// Sets [`ChangeCapture::skip_unchanged`]: `true` writes no event for an UPDATE that changed
+    /// no captured column.
+    pub fn with_skip_unchanged(mut self, skip: bool) -> Self {
+        self.skip_unchanged = skip;
+        self
     }
 
     /// Sets [`ChangeCapture::notify`]: the LISTEN/NOTIFY channel the trigger notifies (PostgreSQL

@@ -26,7 +26,8 @@ pub enum Error {
     /// A declaration or option is invalid: a relay option out of range, a malformed table name.
     #[error("configuration error: {0}")]
     Configuration(String),
-    /// The database refused a write on a constraint other than the idempotency key.
+    /// The database refused a write on a constraint other than the idempotency key: a unique key,
+    /// a foreign key, NOT NULL or CHECK; the message names the constraint where the database does.
     #[error("integrity error: {message}")]
     Integrity {
         /// What the database said.

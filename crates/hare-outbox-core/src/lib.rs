@@ -10,6 +10,7 @@ pub mod event;
 pub mod extra;
 pub mod inbox;
 pub mod journal;
+pub mod json;
 pub mod message;
 pub mod outbox;
 pub mod redact;

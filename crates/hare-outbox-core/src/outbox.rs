@@ -111,7 +111,10 @@ impl<B: Backend> Outbox<B> {
     /// `sequence` is taken at INSERT, not at COMMIT: two transactions writing the same ordering key
     /// concurrently may commit in the other order than their sequences. The relay never skips the
     /// later-committing one (it claims by state), but such two events are delivered in sequence
-    /// order, which is the order in which they were written, not committed.
+    /// order, which is the order in which they were written, not committed. In **strict** mode
+    /// ([`OutboxMessage::strict_order`], [`OutboxTable::with_strict_key_order`]) enqueue first
+    /// locks the key until the end of the transaction, so writers of one key serialize and the
+    /// delivery order of a key is its commit order.
     ///
     /// # Errors
     /// - [`Error::Validation`]: a refused argument (see [`OutboxMessage::validate`]), an extra
@@ -119,8 +122,15 @@ impl<B: Backend> Outbox<B> {
     ///   value; nothing written.
     /// - [`Error::Configuration`]: an idempotency key on a table without a unique constraint for it.
     /// - [`Error::Integrity`]: a unique violation other than the idempotency key (an explicit id
-    ///   that is taken; a key taken by another tenant's event).
+    ///   that is taken; a key taken by another tenant's event), or a foreign-key, NOT NULL or CHECK
+    ///   violation of the row; the message names the constraint (on SQLite: the column or CHECK,
+    ///   not the foreign key, which SQLite does not name).
     /// - [`Error::TransactionRetry`]: a deadlock or serialization failure; retry the transaction.
+    ///   This includes an idempotency key committed by another transaction after this
+    ///   transaction's REPEATABLE READ or SERIALIZABLE snapshot was taken: the stored event is
+    ///   invisible to it, so it can neither return it nor write its own. Retrying sees the key and
+    ///   returns the stored event, which is what a caller of an idempotent enqueue wants (seed 001
+    ///   calls it an integrity error; we report the retry, because it is recoverable).
     /// - [`Error::Database`]: anything else the database reports.
     pub async fn enqueue(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<OutboxEvent> {
         Ok(self.insert(conn, message).await?.event)
@@ -166,6 +176,7 @@ impl<B: Backend> Outbox<B> {
             outbox: self.clone(),
             tx: self.backend.begin().await?,
             signals: PendingSignals::default(),
+            other_signals: Vec::new(),
         })
     }
 
@@ -178,7 +189,20 @@ impl<B: Backend> Outbox<B> {
     }
 
     async fn insert(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<Inserted> {
-        let params = self.insert_params(message)?;
+        self.insert_with(conn, message, None).await
+    }
+
+    /// Like `insert`, signalling through `wakeup` instead of the outbox's wake-up when given.
+    async fn insert_with(
+        &self,
+        conn: &mut B::Conn,
+        message: OutboxMessage,
+        wakeup: Option<&Arc<dyn Wakeup>>,
+    ) -> Result<Inserted> {
+        let mut params = self.insert_params(message)?;
+        if let Some(wakeup) = wakeup {
+            params = params.with_notify_channel(wakeup.in_transaction_channel().map(str::to_owned));
+        }
         self.backend.event_insert(conn, &self.table, &params).await
     }
 
@@ -187,10 +211,26 @@ impl<B: Backend> Outbox<B> {
         conn: &mut B::Conn,
         messages: impl IntoIterator<Item = OutboxMessage>,
     ) -> Result<Vec<Inserted>> {
+        self.insert_many_with(conn, messages, None).await
+    }
+
+    async fn insert_many_with(
+        &self,
+        conn: &mut B::Conn,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+        wakeup: Option<&Arc<dyn Wakeup>>,
+    ) -> Result<Vec<Inserted>> {
+        let channel = wakeup.map(|w| w.in_transaction_channel().map(str::to_owned));
         let params = messages
             .into_iter()
             .enumerate()
-            .map(|(i, m)| self.insert_params(m).map_err(|e| at_message(i, e)))
+            .map(|(i, m)| {
+                let params = self.insert_params(m).map_err(|e| at_message(i, e))?;
+                Ok(match &channel {
+                    Some(channel) => params.with_notify_channel(channel.clone()),
+                    None => params,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         if params.is_empty() {
             return Ok(Vec::new());
@@ -210,6 +250,7 @@ impl<B: Backend> Outbox<B> {
             ordering_key,
             idempotency_key,
             extra,
+            strict_order,
             ..
         } = message;
         let table = &self.table;
@@ -262,6 +303,7 @@ impl<B: Backend> Outbox<B> {
             }
         }
         let payload = payload.map_err(|m| Error::validation("payload", m))?;
+        let strict = ordering_key.is_some() && (strict_order || table.strict_key_order());
         // Extra values in the table's column order, so equal shapes batch together.
         let mut extra = extra;
         extra.sort_by_key(|(name, _)| table.columns().iter().position(|c| c.name() == name));
@@ -274,6 +316,7 @@ impl<B: Backend> Outbox<B> {
             idempotency_key,
         )
         .with_extra(extra)
+        .with_strict_order(strict)
         .with_notify_channel(
             self.wakeup
                 .as_ref()
@@ -302,6 +345,8 @@ pub struct OutboxTransaction<B: Backend> {
     outbox: Outbox<B>,
     tx: B::Transaction,
     signals: PendingSignals,
+    /// Topics written by [`OutboxTransaction::enqueue_with`], per wake-up given there.
+    other_signals: Vec<(Arc<dyn Wakeup>, PendingSignals)>,
 }
 
 impl<B: Backend> std::fmt::Debug for OutboxTransaction<B> {
@@ -356,6 +401,70 @@ impl<B: Backend> OutboxTransaction<B> {
         Ok(inserted.into_iter().map(|i| i.event).collect())
     }
 
+    /// [`enqueue`](Self::enqueue) signalling through `wakeup` instead of the outbox's wake-up
+    /// (seed 001 § enqueue(), `wakeup=`): after commit, `wakeup` gets one signal naming the
+    /// topics written through it in this transaction (coalesced like the outbox's own); a wake-up
+    /// that rides the transaction (`ListenNotifyWakeup` in `NotifyMode::InTransaction`) notifies
+    /// its own channel at COMMIT. The outbox's wake-up, if any, is not signalled for this event.
+    /// Nothing is signalled after a rollback or for an idempotency key that was already stored.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when `wakeup` cannot work with this backend
+    /// ([`Wakeup::check_supported`]), before anything is written; otherwise as [`Outbox::enqueue`].
+    pub async fn enqueue_with(
+        &mut self,
+        message: OutboxMessage,
+        wakeup: Arc<dyn Wakeup>,
+    ) -> Result<OutboxEvent> {
+        wakeup.check_supported(self.outbox.backend.name())?;
+        let inserted = self
+            .outbox
+            .insert_with(&mut self.tx, message, Some(&wakeup))
+            .await?;
+        if inserted.created {
+            self.signals_of(wakeup).add(&inserted.event.topic);
+        }
+        Ok(inserted.event)
+    }
+
+    /// [`enqueue_many`](Self::enqueue_many) signalling through `wakeup`, as
+    /// [`enqueue_with`](Self::enqueue_with) does.
+    ///
+    /// # Errors
+    /// As [`enqueue_with`](Self::enqueue_with) and [`Outbox::enqueue_many`].
+    pub async fn enqueue_many_with(
+        &mut self,
+        messages: impl IntoIterator<Item = OutboxMessage>,
+        wakeup: Arc<dyn Wakeup>,
+    ) -> Result<Vec<OutboxEvent>> {
+        wakeup.check_supported(self.outbox.backend.name())?;
+        let inserted = self
+            .outbox
+            .insert_many_with(&mut self.tx, messages, Some(&wakeup))
+            .await?;
+        let signals = self.signals_of(wakeup);
+        for i in inserted.iter().filter(|i| i.created) {
+            signals.add(&i.event.topic);
+        }
+        Ok(inserted.into_iter().map(|i| i.event).collect())
+    }
+
+    /// The pending topics of a per-call wake-up (the same object counts once).
+    fn signals_of(&mut self, wakeup: Arc<dyn Wakeup>) -> &mut PendingSignals {
+        let at = match self
+            .other_signals
+            .iter()
+            .position(|(w, _)| Arc::ptr_eq(w, &wakeup))
+        {
+            Some(at) => at,
+            None => {
+                self.other_signals.push((wakeup, PendingSignals::default()));
+                self.other_signals.len() - 1
+            }
+        };
+        &mut self.other_signals[at].1
+    }
+
     /// The topics that will be signalled after commit, sorted.
     pub fn pending_topics(&self) -> Vec<String> {
         self.signals.topics()
@@ -371,18 +480,25 @@ impl<B: Backend> OutboxTransaction<B> {
             outbox,
             tx,
             signals,
+            other_signals,
         } = self;
         outbox.backend.commit(tx).await?;
-        // A wake-up that rides the transaction (NOTIFY) was already delivered by the commit.
-        if let Some(wakeup) = outbox.wakeup.as_ref()
-            && wakeup.in_transaction_channel().is_none()
-            && !signals.is_empty()
-            && let Err(error) = wakeup.signal(&signals.topics()).await
-        {
-            tracing::warn!(
-                error = &error as &dyn std::error::Error,
-                "wake-up signal failed; relays will find the events by polling"
-            );
+        let all = outbox
+            .wakeup
+            .iter()
+            .map(|w| (w, &signals))
+            .chain(other_signals.iter().map(|(w, s)| (w, s)));
+        for (wakeup, signals) in all {
+            // A wake-up that rides the transaction (NOTIFY) was already delivered by the commit.
+            if wakeup.in_transaction_channel().is_none()
+                && !signals.is_empty()
+                && let Err(error) = wakeup.signal(&signals.topics()).await
+            {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "wake-up signal failed; relays will find the events by polling"
+                );
+            }
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ pub struct OutboxTable {
     columns: Vec<ExtraColumn>,
     tenant_column: Option<String>,
     idempotency_scope: IdempotencyScope,
+    strict_key_order: bool,
 }
 
 /// Which unique constraint covers the idempotency key.
@@ -70,6 +71,7 @@ impl OutboxTable {
             columns: Vec::new(),
             tenant_column: None,
             idempotency_scope: IdempotencyScope::Table,
+            strict_key_order: false,
         })
     }
 
@@ -118,6 +120,28 @@ impl OutboxTable {
         Ok(self)
     }
 
+    /// Strict per-key commit order for every message of this table that has an ordering key, as if
+    /// each called [`OutboxMessage::strict_order`](crate::OutboxMessage::strict_order). Off by
+    /// default.
+    ///
+    /// Without it, `sequence` is taken at INSERT: two transactions writing one ordering key
+    /// concurrently may commit in the other order than their sequences, and the relay then
+    /// delivers the events in sequence (write) order. With it, enqueue first takes a
+    /// transaction-scoped lock on the key (PostgreSQL: `pg_advisory_xact_lock` on the key's hash;
+    /// SQLite has one writer at a time already), so writers of one key queue up until the holder
+    /// commits or rolls back, and sequence order equals commit order for every key. Writers of
+    /// distinct keys never wait for each other, except on a 32-bit hash collision of two keys.
+    pub fn with_strict_key_order(mut self, strict: bool) -> Self {
+        self.strict_key_order = strict;
+        self
+    }
+
+    /// Whether every keyed message is enqueued in strict per-key commit order
+    /// ([`OutboxTable::with_strict_key_order`]).
+    pub fn strict_key_order(&self) -> bool {
+        self.strict_key_order
+    }
+
     /// The extra columns, in declaration order.
     pub fn columns(&self) -> &[ExtraColumn] {
         &self.columns
@@ -158,6 +182,7 @@ impl Default for OutboxTable {
             columns: Vec::new(),
             tenant_column: None,
             idempotency_scope: IdempotencyScope::Table,
+            strict_key_order: false,
         }
     }
 }

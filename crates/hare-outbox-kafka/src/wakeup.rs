@@ -41,8 +41,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// own.
 ///
 /// **The signal topic** ([`DEFAULT_TOPIC`] unless set) is created on first use, by a signal or a
-/// subscription, with one partition, the broker's default replication factor and `retention.ms`
-/// of one minute ([`SIGNAL_RETENTION`]), unless it exists; an existing topic is used as it is.
+/// subscription, with one partition, the broker's default replication factor (or
+/// [`with_replication_factor`](Self::with_replication_factor)) and `retention.ms` of one minute
+/// ([`SIGNAL_RETENTION`]), unless it exists; an existing topic is used as it is. With
+/// [`with_create_topic(false)`](Self::with_create_topic) it is never created: it must exist.
 ///
 /// **Signals.** [`Wakeup::signal`] produces through a producer made on first use and waits for
 /// the acknowledgement (at most 5 s). Its errors are returned (the transaction logs them and goes
@@ -84,6 +86,10 @@ struct Shared {
     config: ClientConfig,
     servers: String,
     topic: String,
+    /// Whether the signal topic is created when missing ([`KafkaWakeup::with_create_topic`]).
+    create_topic: bool,
+    /// The replication factor of a created signal topic; `None` = the broker's default.
+    replication_factor: Option<i32>,
     /// Set once the signal topic is known to exist; cleared when using it failed, so that a
     /// broker that lost it (e.g. restarted with in-memory storage) gets it created again.
     topic_ready: AtomicBool,
@@ -135,18 +141,20 @@ impl KafkaWakeup {
                      {servers:?}): {e}"
                 ))
             })?;
-        Ok(Self::build(config, servers, DEFAULT_TOPIC.to_owned()))
+        Ok(Self::build(Shared {
+            config,
+            servers,
+            topic: DEFAULT_TOPIC.to_owned(),
+            create_topic: true,
+            replication_factor: None,
+            topic_ready: AtomicBool::new(false),
+        }))
     }
 
-    fn build(config: ClientConfig, servers: String, topic: String) -> Self {
+    fn build(shared: Shared) -> Self {
         KafkaWakeup {
             inner: Arc::new(Inner {
-                shared: Arc::new(Shared {
-                    config,
-                    servers,
-                    topic,
-                    topic_ready: AtomicBool::new(false),
-                }),
+                shared: Arc::new(shared),
                 producer: Mutex::new(None),
                 listener: Listener::default(),
             }),
@@ -166,12 +174,56 @@ impl KafkaWakeup {
                 "kafka wake-up topic {name:?} is not a valid Kafka topic name: {reason}"
             )));
         }
-        let shared = &self.inner.shared;
-        Ok(Self::build(
-            shared.config.clone(),
-            shared.servers.clone(),
-            name,
-        ))
+        Ok(self.rebuilt(|shared| shared.topic = name))
+    }
+
+    /// Whether the signal topic is created when it is missing (default `true`). `false` for a
+    /// cluster whose ACLs let services write and read topics but not create them: the topic must
+    /// then exist (created by its operators, one partition is enough); a signal to a missing
+    /// topic fails with the broker's error, logged by the transaction, and relays poll meanwhile.
+    pub fn with_create_topic(self, create: bool) -> Self {
+        self.rebuilt(|shared| shared.create_topic = create)
+    }
+
+    /// The replication factor of the signal topic when this wake-up creates it (seed 001:
+    /// `replication_factor=`). Unset by default: the broker's `default.replication.factor`.
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] naming the value when it is not 1 to 32767 (Kafka keeps it in 16
+    /// bits).
+    pub fn with_replication_factor(self, factor: i32) -> Result<Self> {
+        if !(1..=i32::from(i16::MAX)).contains(&factor) {
+            return Err(Error::configuration(format!(
+                "kafka wake-up replication factor {factor} is not allowed; use 1 to {}, or leave it unset for the broker's default",
+                i16::MAX
+            )));
+        }
+        Ok(self.rebuilt(|shared| shared.replication_factor = Some(factor)))
+    }
+
+    /// Whether a missing signal topic is created ([`with_create_topic`](Self::with_create_topic)).
+    pub fn creates_topic(&self) -> bool {
+        self.inner.shared.create_topic
+    }
+
+    /// The replication factor of a created signal topic; `None` = the broker's default.
+    pub fn replication_factor(&self) -> Option<i32> {
+        self.inner.shared.replication_factor
+    }
+
+    /// A fresh object (no producer, no listener yet) with the settings changed by `change`.
+    fn rebuilt(self, change: impl FnOnce(&mut Shared)) -> Self {
+        let old = &self.inner.shared;
+        let mut shared = Shared {
+            config: old.config.clone(),
+            servers: old.servers.clone(),
+            topic: old.topic.clone(),
+            create_topic: old.create_topic,
+            replication_factor: old.replication_factor,
+            topic_ready: AtomicBool::new(false),
+        };
+        change(&mut shared);
+        Self::build(shared)
     }
 
     /// The signal topic.
@@ -206,13 +258,14 @@ impl KafkaWakeup {
 impl Shared {
     /// Creates the signal topic unless it exists (or is known to exist since it last worked).
     async fn ensure_topic(&self) -> std::result::Result<(), BoxError> {
-        if self.topic_ready.load(Ordering::Acquire) {
+        if !self.create_topic || self.topic_ready.load(Ordering::Acquire) {
             return Ok(());
         }
         let admin: AdminClient<DefaultClientContext> = self.config.create()?;
         let retention = SIGNAL_RETENTION.as_millis().to_string();
         // -1: the broker's default replication factor (KIP-464).
-        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
+        let replication = self.replication_factor.unwrap_or(-1);
+        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(replication))
             .set("retention.ms", &retention);
         let options = AdminOptions::new()
             .request_timeout(Some(REQUEST_TIMEOUT))

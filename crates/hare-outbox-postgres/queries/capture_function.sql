@@ -6,7 +6,9 @@
 -- expression over v_pk (NULL when unordered); {topic_insert}, {topic_update}, {topic_delete} and
 -- {label} literals; {occurred_at} the ISO 8601 UTC text of statement_timestamp();
 -- {extra_columns} and {extra_values} the outbox columns copied from the row; {notify} nothing,
--- or the PERFORM pg_notify(channel, v_topic) of a capture declared with `notify`.
+-- or the PERFORM pg_notify(channel, v_topic) of a capture declared with `notify`;
+-- {skip_unchanged} nothing (every updated row writes an event), or, for a capture declared with
+-- `skip_unchanged`, the early return of an UPDATE that changed no captured column.
 --
 -- One event per row, written by the writing statement in its transaction while it holds the
 -- row's lock, so the events of one row get sequences in commit order. With `notify`, the
@@ -32,11 +34,7 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         {insert}
     ELSIF TG_OP = 'UPDATE' THEN
-        v_changed := array_remove(ARRAY[{changed}]::text[], NULL);
-        IF cardinality(v_changed) = 0 THEN
-            -- No captured column changed: no event.
-            RETURN NULL;
-        END IF;
+        v_changed := array_remove(ARRAY[{changed}]::text[], NULL);{skip_unchanged}
         {update}
     ELSE
         {delete}

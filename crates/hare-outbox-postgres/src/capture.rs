@@ -777,6 +777,15 @@ fn function_sql(
         ("extra_columns", extra_columns),
         ("extra_values", extra_values),
         (
+            "skip_unchanged",
+            if declaration.skip_unchanged {
+                "\n        IF cardinality(v_changed) = 0 THEN\n            RETURN NULL;\n        END IF;"
+                    .to_owned()
+            } else {
+                String::new()
+            },
+        ),
+        (
             "notify",
             declaration
                 .notify

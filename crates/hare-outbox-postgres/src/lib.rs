@@ -152,50 +152,9 @@ impl PgBackend {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
-}
 
-#[async_trait]
-impl Backend for PgBackend {
-    type Conn = PgConnection;
-    type Transaction = sqlx::Transaction<'static, sqlx::Postgres>;
-
-    fn name(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn schema_sql(&self, table: &OutboxTable) -> String {
-        self.statements(table).schema.clone()
-    }
-
-    async fn migrate(&self, table: &OutboxTable) -> Result<()> {
-        let statements = self.statements(table);
-        let mut tx = self.pool.begin().await.map_err(translate)?;
-        // Serializes concurrent migrations: CREATE … IF NOT EXISTS alone races on the catalog.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
-            .persistent(self.db().persistent())
-            .execute(&mut *tx)
-            .await
-            .map_err(translate)?;
-        sqlx::raw_sql(AssertSqlSafe(statements.schema.clone()))
-            .execute(&mut *tx)
-            .await
-            .map_err(translate)?;
-        tx.commit().await.map_err(translate)
-    }
-
-    async fn begin(&self) -> Result<Self::Transaction> {
-        self.pool.begin().await.map_err(translate)
-    }
-
-    async fn commit(&self, tx: Self::Transaction) -> Result<()> {
-        tx.commit().await.map_err(translate)
-    }
-
-    async fn rollback(&self, tx: Self::Transaction) -> Result<()> {
-        tx.rollback().await.map_err(translate)
-    }
-
-    async fn event_insert(
+    /// One event's INSERT (and, for a taken idempotency key, the stored event) on `conn`.
+    async fn insert_one(
         &self,
         conn: &mut PgConnection,
         table: &OutboxTable,
@@ -251,6 +210,76 @@ impl Backend for PgBackend {
             created: false,
         })
     }
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    type Conn = PgConnection;
+    type Transaction = sqlx::Transaction<'static, sqlx::Postgres>;
+
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn schema_sql(&self, table: &OutboxTable) -> String {
+        self.statements(table).schema.clone()
+    }
+
+    async fn migrate(&self, table: &OutboxTable) -> Result<()> {
+        let statements = self.statements(table);
+        let mut tx = self.pool.begin().await.map_err(translate)?;
+        // Serializes concurrent migrations: CREATE … IF NOT EXISTS alone races on the catalog.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
+            .persistent(self.db().persistent())
+            .execute(&mut *tx)
+            .await
+            .map_err(translate)?;
+        sqlx::raw_sql(AssertSqlSafe(statements.schema.clone()))
+            .execute(&mut *tx)
+            .await
+            .map_err(translate)?;
+        tx.commit().await.map_err(translate)
+    }
+
+    async fn begin(&self) -> Result<Self::Transaction> {
+        self.pool.begin().await.map_err(translate)
+    }
+
+    async fn commit(&self, tx: Self::Transaction) -> Result<()> {
+        tx.commit().await.map_err(translate)
+    }
+
+    async fn rollback(&self, tx: Self::Transaction) -> Result<()> {
+        tx.rollback().await.map_err(translate)
+    }
+
+    async fn event_insert(
+        &self,
+        conn: &mut PgConnection,
+        table: &OutboxTable,
+        params: &EventInsertParams,
+    ) -> Result<Inserted> {
+        let strict_key = params
+            .ordering_key
+            .as_deref()
+            .filter(|_| params.strict_order);
+        let Some(key) = strict_key else {
+            return self.insert_one(conn, table, params).await;
+        };
+        if sqlx::Connection::is_in_transaction(&*conn) {
+            lock_keys(self.db(), conn, table, &[key]).await?;
+            return self.insert_one(conn, table, params).await;
+        }
+        // Outside a transaction the lock would end with its own statement: hold it in a
+        // transaction that also writes the event.
+        let mut tx = sqlx::Connection::begin(&mut *conn)
+            .await
+            .map_err(translate)?;
+        lock_keys(self.db(), &mut tx, table, &[key]).await?;
+        let inserted = self.insert_one(&mut tx, table, params).await?;
+        tx.commit().await.map_err(translate)?;
+        Ok(inserted)
+    }
 
     async fn event_insert_many(
         &self,
@@ -264,6 +293,14 @@ impl Backend for PgBackend {
         let mut savepoint = sqlx::Connection::begin(&mut *conn)
             .await
             .map_err(translate)?;
+        let strict: Vec<&str> = params
+            .iter()
+            .filter(|p| p.strict_order)
+            .filter_map(|p| p.ordering_key.as_deref())
+            .collect();
+        if !strict.is_empty() {
+            lock_keys(self.db(), &mut savepoint, table, &strict).await?;
+        }
         let mut results: Vec<Option<Inserted>> = vec![None; params.len()];
         let mut start = 0;
         while start < params.len() {
@@ -995,4 +1032,27 @@ fn decode(table: &OutboxTable, row: &PgRow) -> Result<OutboxEvent> {
         dead_lettered_at: row.try_get("dead_lettered_at").map_err(translate)?,
         extra,
     })
+}
+
+/// Locks each ordering key of `keys` until the end of the current transaction
+/// (`pg_advisory_xact_lock(hashtext(<table lock space>), hashtext(key))`), in hash order so that
+/// two writers of several keys cannot deadlock on each other.
+async fn lock_keys(
+    db: exec::Db<'_>,
+    conn: &mut PgConnection,
+    table: &OutboxTable,
+    keys: &[&str],
+) -> Result<()> {
+    let space = format!("hare_outbox.strict_key_order:{table}");
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtext($1), h) \
+         FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY h) AS keys",
+    )
+    .bind(space)
+    .bind(keys)
+    .persistent(db.persistent())
+    .execute(&mut *conn)
+    .await
+    .map_err(translate)?;
+    Ok(())
 }

@@ -170,6 +170,7 @@ async fn fields_limit_the_rows_and_updates_of_other_columns_write_nothing() {
     ChangeCapture::new("loans")
         .with_fields(["status"])
         .with_payload(ChangePayload::BeforeAndAfter)
+        .with_skip_unchanged(true)
         .install(&db.outbox)
         .await
         .unwrap();

@@ -672,7 +672,7 @@ fn trigger_sql(
     };
     let long_key = format!("substr(g.k, 1, 190) || '#' || {}", sha256_sql("g.k"));
     let when = match op {
-        RowOperation::Update => format!(
+        RowOperation::Update if declaration.skip_unchanged => format!(
             "WHEN {}",
             captured
                 .iter()

@@ -30,7 +30,7 @@
 //! # fn main() -> hare_outbox_core::Result<()> {
 //! let secret = std::env::var("BILLING_WEBHOOK_SECRET").unwrap_or_default();
 //! let delivery = WebhookDelivery::new("https://billing.example.com/events")?
-//!     .with_secret(secret)
+//!     .with_secret(secret)?
 //!     .with_timeout(Duration::from_secs(5))
 //!     .with_header("authorization", "Bearer 3f9a")?;
 //! // Hand `delivery` to an `OutboxRelay`, alone or behind a `TopicRouter`.
@@ -246,13 +246,12 @@ enum Destination {
         shown: String,
         secret: Option<Vec<u8>>,
     },
-    /// Per event, from the target function. `conflict` holds the message of a secret set on the
-    /// delivery after it was built with a target.
-    Target {
-        target: TargetFn,
-        conflict: Option<String>,
-    },
+    /// Per event, from the target function.
+    Target { target: TargetFn },
 }
+
+/// Why a delivery-wide secret is refused together with a target.
+const SECRET_WITH_TARGET: &str = "webhook delivery has a secret and a target; with a target the signing secret belongs to the WebhookTarget (WebhookTarget::with_secret)";
 
 /// Delivers events by HTTP POST, to one URL or to each event's [`WebhookTarget`].
 ///
@@ -464,10 +463,16 @@ impl WebhookDeliveryBuilder {
     ///
     /// # Errors
     /// [`Error::Configuration`] naming the problem when neither or both of `url` and `target`
-    /// are set, when a secret is set together with a target, when the URL does not parse or is
+    /// are set, when a secret is set together with a target (in either order), when the timeout
+    /// is zero, when the URL does not parse or is
     /// not `http`/`https`, when a header or the signature header name is refused (see
     /// [`WebhookDelivery::with_header`]), or when the HTTP client cannot be built.
     pub fn build(self) -> Result<WebhookDelivery> {
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::configuration(
+                "webhook delivery timeout is 0; give each request a positive time (default 10 s)",
+            ));
+        }
         let destination = match (self.url, self.target) {
             (None, None) => {
                 return Err(Error::configuration(
@@ -490,14 +495,9 @@ impl WebhookDeliveryBuilder {
             }
             (None, Some(target)) => {
                 if self.secret.is_some() {
-                    return Err(Error::configuration(
-                        "webhook delivery has a secret and a target; with a target the signing secret belongs to the WebhookTarget (WebhookTarget::with_secret)",
-                    ));
+                    return Err(Error::configuration(SECRET_WITH_TARGET));
                 }
-                Destination::Target {
-                    target,
-                    conflict: None,
-                }
+                Destination::Target { target }
             }
         };
         let client = Client::builder()
@@ -551,21 +551,16 @@ impl WebhookDelivery {
     /// is sent. Any length is accepted, the empty secret included (which anyone can forge — make
     /// sure the secret was really found).
     ///
-    /// Only for a delivery to one URL: with a target the secret belongs to the
-    /// [`WebhookTarget`], and a delivery built with a target then fails every event with a
-    /// message saying so ([`WebhookDeliveryBuilder::build`] refuses the same combination up
-    /// front).
-    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+    /// # Errors
+    /// [`Error::Configuration`] for a delivery built with a target: there the secret belongs to
+    /// each [`WebhookTarget`] ([`WebhookTarget::with_secret`]), as
+    /// [`WebhookDeliveryBuilder::build`] also says for the same combination.
+    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Result<Self> {
         match &mut self.destination {
             Destination::Url { secret: kept, .. } => *kept = Some(secret.into()),
-            Destination::Target { conflict, .. } => {
-                *conflict = Some(
-                    "webhook delivery has a secret and a target; with a target the signing secret belongs to the WebhookTarget (WebhookTarget::with_secret)"
-                        .to_owned(),
-                );
-            }
+            Destination::Target { .. } => return Err(Error::configuration(SECRET_WITH_TARGET)),
         }
-        self
+        Ok(self)
     }
 
     /// The time one request may take, from connecting until the answer's body is read;
@@ -648,10 +643,7 @@ impl WebhookDelivery {
             Destination::Url { url, shown, secret } => {
                 (url.clone(), shown.clone(), secret.clone(), Vec::new())
             }
-            Destination::Target { target, conflict } => {
-                if let Some(message) = conflict {
-                    return Err(fail(DeliveryError::new(message.clone())));
-                }
+            Destination::Target { target } => {
                 let target = target(event).await.map_err(|e| {
                     fail(DeliveryError::with_source(
                         format!("the webhook target of event {} failed", event.id),
@@ -1055,6 +1047,7 @@ mod tests {
         let delivery = WebhookDelivery::new("https://user:hunter2@example.com/hook")
             .unwrap()
             .with_secret("s3cr3t-key")
+            .unwrap()
             .with_header("authorization", "Bearer tok-123")
             .unwrap();
         let text = format!("{delivery:?}");

@@ -353,23 +353,31 @@ fn url_and_target_are_exclusive_and_a_target_owns_its_secret() {
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_secret_added_to_a_target_delivery_fails_its_events_without_a_request() {
-    let receiver = Receiver::start(Behaviour::ok());
+#[test]
+fn a_secret_added_to_a_built_target_delivery_is_refused_at_configuration() {
     let delivery = WebhookDelivery::builder()
         .with_sync_target(payload_target)
         .build()
-        .unwrap()
-        .with_secret("misplaced");
-    let error = delivery
-        .deliver(&event_to(&receiver.url("/x"), ""))
-        .await
-        .unwrap_err();
-    assert!(
-        error.to_string().contains("WebhookTarget::with_secret"),
-        "{error}"
+        .unwrap();
+    let message = configuration_message(delivery.with_secret("misplaced"));
+    assert!(message.contains("WebhookTarget::with_secret"), "{message}");
+
+    // In the builder the order does not matter: a secret before the target is refused too.
+    let message = configuration_message(
+        WebhookDelivery::builder()
+            .with_secret("s")
+            .with_target(|event| async move { payload_target(&event) })
+            .build(),
     );
-    assert_eq!(receiver.request_count(), 0);
+    assert!(message.contains("WebhookTarget::with_secret"), "{message}");
+
+    let message = configuration_message(
+        WebhookDelivery::builder()
+            .with_url("https://example.com/hook")
+            .with_timeout(std::time::Duration::ZERO)
+            .build(),
+    );
+    assert!(message.contains("timeout is 0"), "{message}");
 }
 
 #[test]

@@ -86,7 +86,8 @@ async fn signature_verifies_with_an_independent_hmac() {
     let secret = b"whsec_4f1c9e".to_vec();
     let delivery = WebhookDelivery::new(receiver.url("/signed"))
         .unwrap()
-        .with_secret(secret.clone());
+        .with_secret(secret.clone())
+        .unwrap();
     let e = event(
         "billing.paid",
         json!({"invoice": "INV-7", "amount": "12.50", "ok": true}),
@@ -120,7 +121,8 @@ async fn custom_signature_header_name() {
         .unwrap()
         .with_signature_header("X-Webhook-Signature")
         .unwrap()
-        .with_secret("k");
+        .with_secret("k")
+        .unwrap();
     let e = simple_event();
 
     delivery.deliver(&e).await.unwrap();
@@ -138,7 +140,8 @@ async fn signature_header_wins_over_an_event_header_of_that_name() {
     let receiver = Receiver::start(Behaviour::ok());
     let delivery = WebhookDelivery::new(receiver.url("/h"))
         .unwrap()
-        .with_secret("k");
+        .with_secret("k")
+        .unwrap();
     let e = event(
         "t",
         json!(1),

@@ -80,7 +80,8 @@ async fn payload_and_headers_arrive_byte_exact_and_signed() {
     let secret = b"s3cr3t-key".to_vec();
     let delivery = WebhookDelivery::new(receiver.url("/hooks/docs"))
         .unwrap()
-        .with_secret(secret.clone());
+        .with_secret(secret.clone())
+        .unwrap();
     let relay = OutboxRelay::new(outbox.clone(), delivery, config()).unwrap();
     relay.start().unwrap();
     let requests = receiver.wait_for_requests(2, Duration::from_secs(10)).await;

@@ -18,7 +18,8 @@ pub const TOPIC: &str = "doc.{operation}";
 const BOOKKEEPING: &[&str] = &["created_at", "updated_at"];
 
 /// The change captures of the four ERP tables: label = the entity (`sales_order`), the journal
-/// payload ([`ChangePayload::Changes`]), ordering key `<table>:<id>` (the journal's object).
+/// payload ([`ChangePayload::Changes`]), ordering key `<table>:<id>` (the journal's object), and
+/// no event for an update that touched only bookkeeping columns (`skip_unchanged`).
 pub fn captures() -> Vec<ChangeCapture> {
     ENTITIES
         .iter()
@@ -29,6 +30,7 @@ pub fn captures() -> Vec<ChangeCapture> {
                 .with_payload(ChangePayload::Changes)
                 .with_exclude(BOOKKEEPING.iter().copied())
                 .with_ordering_key(Some("{table}:{pk}"))
+                .with_skip_unchanged(true)
         })
         .collect()
 }

@@ -50,7 +50,7 @@ async fn listen_notify_in_transaction_wakes_the_relay_within_two_seconds() {
     let config = dir.write(
         "hare-outbox.toml",
         &format!(
-            "[relay]\npoll_interval_seconds = 30\n\n[delivery]\nkind = \"stdout\"\n\n[wakeup]\nkind = \"listen_notify\"\nchannel = \"{channel}\"\nmode = \"in_transaction\"\n"
+            "[relay]\npoll_interval_seconds = 30\n\n[delivery]\nkind = \"stdout\"\n\n[wakeup]\nkind = \"listen_notify\"\nchannel = \"{channel}\"\n"
         ),
     );
     let write = |id: i64| {

@@ -16,6 +16,8 @@
 //! | `chrono::NaiveDateTime` | ISO 8601 date and time, no offset | `"2024-05-01T12:30:00"` |
 //! | `std::time::SystemTime` | RFC 3339 text in UTC, as a `DateTime<Utc>` | `"2024-05-01T12:30:00Z"` |
 //! | `std::time::Duration` | its seconds, a float number | `1.5`, `90.0` |
+//! | [`json::Seconds`](crate::json::Seconds) of a `std::time::Duration` or `chrono::TimeDelta` | its seconds, a float number, negative for a negative delta | `1.5`, `-0.25` |
+//! | [`json::Base64`](crate::json::Base64) of `Vec<u8>`, `[u8; N]`, `&[u8]` | standard base64 with padding | `"aGVsbG8="` |
 //! | `std::net::IpAddr`, `Ipv4Addr`, `Ipv6Addr`, `SocketAddr` | their text | `"2001:db8::1"`, `"192.0.2.1:8080"` |
 //! | `ipnet::IpNet`, `Ipv4Net`, `Ipv6Net` (and other network types that write text) | their text | `"10.0.0.0/8"` |
 //! | bytes (`serde_bytes`, `bytes::Bytes`: anything calling `serialize_bytes`) | standard base64 with padding | `"aGVsbG8="` |
@@ -55,8 +57,8 @@
 //!   feature is on. A `time` value with that feature comes out as text here too.
 //! - `chrono::TimeDelta` (`chrono::Duration`) serializes itself as the anonymous pair
 //!   `[secs, nanos]`, which cannot be told apart from any other `(i64, i32)` tuple, so it stays
-//!   `[1, 500000000]`. Convert it for seconds: `delta.to_std()` (a `std::time::Duration`) or
-//!   `delta.as_seconds_f64()`.
+//!   `[1, 500000000]`. Wrap it in [`json::Seconds`](crate::json::Seconds) (or annotate the field
+//!   `#[serde(serialize_with = "hare_outbox::json::seconds::serialize")]`) for seconds.
 //! - `std::time::Duration` is recognised by its serde form, a struct named `Duration` with the
 //!   fields `secs` and `nanos`; a user struct of that name and those two integer fields is taken
 //!   as a duration too. Seconds are the nearest `f64` to `secs.nanos`, which reads back to the same
@@ -66,7 +68,9 @@
 //!   text regardless, annotate the field `#[serde(with = "rust_decimal::serde::str")]` (feature
 //!   `serde-with-str`). With `serde-arbitrary-precision` a `Decimal` is an exact JSON number.
 //! - `Vec<u8>` and `[u8; N]` are sequences to serde, so they become arrays of numbers; wrap them in
-//!   `serde_bytes` for base64.
+//!   [`json::Base64`](crate::json::Base64) (or annotate the field
+//!   `#[serde(serialize_with = "hare_outbox::json::base64::serialize")]`, or use `serde_bytes`)
+//!   for base64.
 //! - `serde_json::value::RawValue` is parsed and embedded; serde_json's arbitrary-precision
 //!   numbers keep their text.
 //! - A `serde_json::Value` built by `json!` or `serde_json::to_value` was converted by serde_json's

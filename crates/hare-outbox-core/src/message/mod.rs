@@ -40,6 +40,7 @@ pub struct OutboxMessage {
     pub(crate) ordering_key: Option<String>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) extra: Vec<(String, ExtraValue)>,
+    pub(crate) strict_order: bool,
 }
 
 impl OutboxMessage {
@@ -61,6 +62,7 @@ impl OutboxMessage {
             ordering_key: None,
             idempotency_key: None,
             extra: Vec::new(),
+            strict_order: false,
         }
     }
 
@@ -82,6 +84,21 @@ impl OutboxMessage {
     /// characters. Unset by default (the event waits for nothing).
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Strict per-key commit order for this message: enqueue takes a transaction-scoped lock on the
+    /// ordering key before writing, so a concurrent transaction writing the same key with strict
+    /// order waits until this one commits or rolls back, and the key's `sequence` order is its
+    /// commit order (and so its delivery order). Off by default; a whole table opts in with
+    /// [`OutboxTable::with_strict_key_order`](crate::OutboxTable::with_strict_key_order).
+    ///
+    /// The lock is held to the end of the caller's transaction: keep transactions that write a
+    /// strict key short. Only writers that ask for strict order take the lock; a plain enqueue of
+    /// the same key does not wait. Needs an ordering key: [`validate`](Self::validate) refuses
+    /// strict order without one.
+    pub fn strict_order(mut self) -> Self {
+        self.strict_order = true;
         self
     }
 
@@ -133,13 +150,18 @@ impl OutboxMessage {
     ///
     /// # Errors
     /// [`Error::Validation`] for an empty or over-255-character topic, ordering key or idempotency
-    /// key, an empty header name, a payload or header value without a JSON form (NaN and ±infinity
+    /// key, strict order without an ordering key, an empty header name, a payload or header value without a JSON form (NaN and ±infinity
     /// included), an explicit id that is not a UUID v7, an extra value for a column enqueue or the
     /// relay owns.
     pub fn validate(&self) -> Result<()> {
         check_key("topic", &self.topic)?;
         if let Some(key) = &self.ordering_key {
             check_key("ordering_key", key)?;
+        } else if self.strict_order {
+            return Err(Error::validation(
+                "ordering_key",
+                "strict_order() orders the writers of one ordering key; set ordering_key too",
+            ));
         }
         if let Some(key) = &self.idempotency_key {
             check_key("idempotency_key", key)?;

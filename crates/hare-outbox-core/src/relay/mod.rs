@@ -596,6 +596,8 @@ impl<B: Backend> Inner<B> {
                     reports.push(RelayEvent::Delivered {
                         event_id: event.id,
                         topic: event.topic.clone(),
+                        table: table.to_string(),
+                        model: model_of(event),
                         attempts: event.attempts,
                         delay_seconds: (now - event.created_at).as_seconds_f64().max(0.0),
                     });
@@ -615,10 +617,15 @@ impl<B: Backend> Inner<B> {
             if let Some(column) = &config.result_column {
                 params = params.with_results(column.clone(), records);
             }
-            self.with_retries("marking delivered events", || {
-                backend.event_mark_delivered(table, &params)
-            })
-            .await?;
+            let changed = self
+                .with_retries("marking delivered events", || {
+                    backend.event_mark_delivered(table, &params)
+                })
+                .await?;
+            if changed == 0 {
+                // Every one was published by another relay already: nothing to report.
+                reports.retain(|r| !matches!(r, RelayEvent::Delivered { .. }));
+            }
             outcome.delivered = delivered.len();
         }
         if !failures.is_empty() {
@@ -628,10 +635,15 @@ impl<B: Backend> Inner<B> {
             if let Some(column) = &config.result_column {
                 params = params.with_result_column(column.clone());
             }
-            self.with_retries("recording failed deliveries", || {
-                backend.event_mark_failed(table, &params)
-            })
-            .await?;
+            let changed = self
+                .with_retries("recording failed deliveries", || {
+                    backend.event_mark_failed(table, &params)
+                })
+                .await?;
+            if changed == 0 {
+                // The lease was lost: another relay holds these events, the failures are not ours.
+                reports.retain(|r| matches!(r, RelayEvent::Delivered { .. }));
+            }
         }
         if !released.is_empty() {
             outcome.released = released.len();
@@ -761,6 +773,8 @@ impl<B: Backend> Inner<B> {
             let report = RelayEvent::DeadLettered {
                 event_id: event.id,
                 topic: event.topic.clone(),
+                table: self.outbox.table().to_string(),
+                model: model_of(event),
                 attempts,
                 error: text,
             };
@@ -777,6 +791,8 @@ impl<B: Backend> Inner<B> {
             let report = RelayEvent::DeliveryFailed {
                 event_id: event.id,
                 topic: event.topic.clone(),
+                table: self.outbox.table().to_string(),
+                model: model_of(event),
                 attempts,
                 error: text,
                 // The database writes its own clock's time; this is the relay's estimate of it.
@@ -936,6 +952,15 @@ impl Outage {
             self.failures = 0;
         }
     }
+}
+
+/// The model label of a captured event: its payload's `model`, when that is text.
+fn model_of(event: &OutboxEvent) -> Option<String> {
+    event
+        .payload
+        .get("model")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
 }
 
 /// Counters and the delay histogram, labelled by table and topic (keep topics few: each is a

@@ -3,7 +3,13 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-/// One thing that happened to one event in a relay.
+/// One thing that happened to one event in a relay, reported after its mark was written.
+///
+/// An outcome whose mark changed nothing is not reported: when a failure mark finds none of the
+/// batch's events still leased by this relay (its lease expired and another relay took them), or
+/// a delivered mark finds them all published by another relay already. A failed delivery is also
+/// logged by `tracing` when it happens: at WARN when it will be retried, at ERROR when the event is
+/// dead-lettered.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum RelayEvent {
@@ -13,6 +19,11 @@ pub enum RelayEvent {
         event_id: Uuid,
         /// The topic.
         topic: String,
+        /// The outbox table (`schema.table` when qualified).
+        table: String,
+        /// The model label of a captured event (its payload's `model`, `app.Model`); `None` for
+        /// an event enqueued by hand without one.
+        model: Option<String>,
         /// Failed attempts before this delivery.
         attempts: i32,
         /// Seconds from `created_at` to delivery (relay clock minus database clock).
@@ -24,6 +35,11 @@ pub enum RelayEvent {
         event_id: Uuid,
         /// The topic.
         topic: String,
+        /// The outbox table (`schema.table` when qualified).
+        table: String,
+        /// The model label of a captured event (its payload's `model`, `app.Model`); `None` for
+        /// an event enqueued by hand without one.
+        model: Option<String>,
         /// Failed attempts including this one.
         attempts: i32,
         /// The delivery error with its sources.
@@ -37,6 +53,11 @@ pub enum RelayEvent {
         event_id: Uuid,
         /// The topic.
         topic: String,
+        /// The outbox table (`schema.table` when qualified).
+        table: String,
+        /// The model label of a captured event (its payload's `model`, `app.Model`); `None` for
+        /// an event enqueued by hand without one.
+        model: Option<String>,
         /// Failed attempts including this one.
         attempts: i32,
         /// The delivery error with its sources.

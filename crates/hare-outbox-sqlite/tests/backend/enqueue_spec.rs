@@ -226,7 +226,7 @@ async fn migrate_adds_missing_extra_columns_to_an_existing_table() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e, Error::Database { .. }),
+        matches!(e, Error::Integrity { .. }),
         "the added foreign key holds: {e}"
     );
     // The existing table's UNIQUE (idempotency_key) still serves the keys.

@@ -452,6 +452,7 @@ pub async fn changes_mode_writes_the_journal_with_the_author<H: Harness>(h: &H) 
         .with_payload(ChangePayload::Changes)
         .with_exclude(["updated_at"])
         .with_operations([RowOperation::Update])
+        .with_skip_unchanged(true)
         .install(&outbox)
         .await
         .unwrap();

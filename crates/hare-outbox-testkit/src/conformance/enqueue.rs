@@ -452,7 +452,8 @@ pub async fn extra_columns_are_typed_checked_and_returned<H: Harness>(h: &H) {
             other => panic!("{other}"),
         }
     }
-    // The foreign key holds: an unknown subscription is refused by the database.
+    // The foreign key holds: an unknown subscription is refused by the database as an
+    // integrity error.
     let e = outbox
         .enqueue(
             &mut conn,
@@ -460,7 +461,7 @@ pub async fn extra_columns_are_typed_checked_and_returned<H: Harness>(h: &H) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::Database { .. }), "{e}");
+    assert!(matches!(e, Error::Integrity { .. }), "{e}");
     let e = outbox
         .enqueue_many(
             &mut conn,
@@ -471,7 +472,7 @@ pub async fn extra_columns_are_typed_checked_and_returned<H: Harness>(h: &H) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::Database { .. }), "{e}");
+    assert!(matches!(e, Error::Integrity { .. }), "{e}");
     assert_eq!(h.scalar("SELECT count(*) FROM outbox").await, 4);
     // Deleting the subscription deletes its events (ON DELETE CASCADE).
     H::execute_on(&mut conn, "DELETE FROM subscriptions WHERE id = 2").await;
