@@ -92,7 +92,8 @@ class Hare(System):
         with open(config, "w") as f:
             f.write(
                 f'database_url = "{self.url(workdir)}"\n'
-                f'table = "{self.table(schema)}"\n'
+                + getattr(self, "extra", "")
+                + f'table = "{self.table(schema)}"\n'
                 "[relay]\n"
                 f"batch_size = {self.args.batch}\n"
                 f"concurrency = {self.args.concurrency}\n"
@@ -106,6 +107,17 @@ class Hare(System):
             [self.args.hare, "--config", config, "--log-level", "warn", "relay"],
             stdout=out,
         )
+
+
+class HareSync(Hare):
+    """The daemon with database_synchronous_relay_commits = true: every lease and mark waits for
+    the WAL flush."""
+
+    name = "hare-outbox relay, sync commits"
+
+    def start(self, schema, workdir):
+        self.extra = "database_synchronous_relay_commits = true\n"
+        return super().start(schema, workdir)
 
 
 class HareSqlite(Hare):
@@ -298,7 +310,7 @@ async def main():
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per cell at most")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--systems", default="hare,txoutbox-strict,txoutbox-unordered,pgto",
-                   help="comma-separated: hare, hare-sqlite, txoutbox-strict, "
+                   help="comma-separated: hare, hare-sync, hare-sqlite, txoutbox-strict, "
                         "txoutbox-unordered, pgto; ratios are to the first")
     a = p.parse_args()
     a.pg_host, a.pg_port, a.pg_user, a.pg_db = "127.0.0.1", "5432", "postgres", "test"
@@ -312,6 +324,7 @@ async def main():
     makers = {
         "hare": lambda: Hare(a),
         "hare-sqlite": lambda: HareSqlite(a),
+        "hare-sync": lambda: HareSync(a),
         "txoutbox-strict": lambda: Txoutbox(a, "strict"),
         "txoutbox-unordered": lambda: Txoutbox(a, "unordered"),
         "pgto": lambda: Pgto(a),

@@ -508,7 +508,10 @@ async fn lease(url: &str, pending: i64, keys: i64, published: i64, runs: usize) 
                 }
                 times.sort_by(f64::total_cmp);
                 let median = times[times.len() / 2];
-                let leased = plan["Actual Rows"].as_f64().unwrap_or(f64::NAN);
+                // The rows the UPDATE wrote: the shipped statement always returns a row (its
+                // outcome), so the top node's count is not the lease's.
+                let leased = modify_table_rows(&plan)
+                    .unwrap_or_else(|| plan["Actual Rows"].as_f64().unwrap_or(f64::NAN));
                 println!("{label:<38} {name:<32} {batch:>6} {leased:>7.0} {median:>10.2}");
                 if batch == 100 && per_key == &Some(100) {
                     shapes.push(format!("{label} / {name}:\n{}", shape(&plan, 1)));
@@ -574,4 +577,13 @@ fn shape(plan: &serde_json::Value, depth: usize) -> String {
         }
     }
     out.join("\n")
+}
+
+/// The actual rows of the first `ModifyTable` node (the lease's UPDATE) in an `EXPLAIN (FORMAT
+/// JSON)` plan; `None` when the plan has none.
+fn modify_table_rows(plan: &serde_json::Value) -> Option<f64> {
+    if plan["Node Type"] == "ModifyTable" {
+        return plan["Actual Rows"].as_f64();
+    }
+    plan["Plans"].as_array()?.iter().find_map(modify_table_rows)
 }

@@ -489,9 +489,17 @@ async fn burst(cli: &Cli) -> Result<()> {
             until(Duration::from_secs(30), || last_delivery().is_some()).await?;
             let done_at = last_delivery().unwrap_or(committed);
             lags.push(done_at.saturating_duration_since(committed).as_secs_f64() * 1000.0);
-            // Idle again before the next burst: after the burst's polls, one found nothing.
-            let polls = relay.stats().polls;
-            until(Duration::from_secs(10), || relay.stats().polls >= polls + 2).await?;
+            // Idle again before the next burst: no poll for 200 ms (after the burst's polls, one
+            // found nothing and the relay waits for a signal or its 5 s interval).
+            let mut polls = relay.stats().polls;
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let now = relay.stats().polls;
+                if now == polls {
+                    break;
+                }
+                polls = now;
+            }
         }
         lags.sort_by(f64::total_cmp);
         let label = if one_transaction {
