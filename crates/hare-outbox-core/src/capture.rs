@@ -1157,6 +1157,28 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn skip_unchanged_is_read_from_a_configuration_entry_and_off_when_left_out() {
+        let on: ChangeCapture =
+            serde_json::from_value(json!({"table": "orders", "skip_unchanged": true})).unwrap();
+        assert!(on.skip_unchanged);
+        let off: ChangeCapture = serde_json::from_value(json!({"table": "orders"})).unwrap();
+        assert!(!off.skip_unchanged);
+        assert!(
+            !serde_json::to_value(&off)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .contains_key("skip_unchanged"),
+            "left out of stored declarations when off"
+        );
+        let e =
+            serde_json::from_value::<ChangeCapture>(json!({"table": "o", "skip_unchanged": "yes"}))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("bool"), "{e}");
+    }
+
     fn config_error(capture: &ChangeCapture) -> String {
         match capture.validate() {
             Err(Error::Configuration(message)) => message,

@@ -573,3 +573,80 @@ pub async fn context_headers_and_tenant_from_the_row<H: Harness>(h: &H) {
         assert!(matches!(e, Error::Validation { .. }), "{e}");
     }
 }
+
+/// The table of the every-row scenarios: three orders, `updated_at` to be excluded.
+const ORDERS_DDL: &str =
+    "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL, note TEXT,
+    updated_at TEXT NOT NULL DEFAULT 'a');
+    INSERT INTO orders (id, status) VALUES (1, 'new'), (2, 'new'), (3, 'paid')";
+
+/// (pk, changed, after) of every update event, in sequence order.
+async fn updates<B: Backend>(outbox: &Outbox<B>) -> Vec<(Value, Value, Value)> {
+    payloads(outbox)
+        .await
+        .into_iter()
+        .map(|p| {
+            assert_eq!(p["operation"], "updated", "{p}");
+            (p["pk"].clone(), p["changed"].clone(), p["after"].clone())
+        })
+        .collect()
+}
+
+/// By default capture writes an event for every row a statement touches: one UPDATE over three
+/// rows writes three events — `changed` empty for the row set to its own value — and an UPDATE
+/// of only an excluded column writes one too (`exclude` narrows what the event holds, not which
+/// rows count).
+pub async fn every_touched_row_writes_an_event_by_default<H: Harness>(h: &H) {
+    let outbox = capture_outbox(h, ORDERS_DDL).await;
+    let declaration = ChangeCapture::new("orders")
+        .with_exclude(["updated_at"])
+        .with_operations([RowOperation::Update]);
+    assert!(!declaration.skip_unchanged, "off by default");
+    declaration.install(&outbox).await.unwrap();
+    h.execute("UPDATE orders SET status = 'paid'").await;
+    h.execute("UPDATE orders SET updated_at = 'b' WHERE id = 1")
+        .await;
+
+    let events = updates(&outbox).await;
+    assert_eq!(events.len(), 4, "{events:?}");
+    assert_eq!(
+        (&events[0].0, &events[0].1),
+        (&json!(1), &json!(["status"]))
+    );
+    assert_eq!(
+        (&events[1].0, &events[1].1),
+        (&json!(2), &json!(["status"]))
+    );
+    assert_eq!((&events[2].0, &events[2].1), (&json!(3), &json!([])));
+    assert_eq!(events[2].2["status"], "paid");
+    assert_eq!((&events[3].0, &events[3].1), (&json!(1), &json!([])));
+    assert!(
+        events[3].2.get("updated_at").is_none(),
+        "exclude still narrows the event"
+    );
+}
+
+/// With `skip_unchanged` an UPDATE writes events only for rows whose captured columns changed:
+/// the row already `paid` and the update of only `updated_at` write nothing.
+pub async fn skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values<H: Harness>(
+    h: &H,
+) {
+    let outbox = capture_outbox(h, ORDERS_DDL).await;
+    ChangeCapture::new("orders")
+        .with_exclude(["updated_at"])
+        .with_operations([RowOperation::Update])
+        .with_payload(ChangePayload::Changes)
+        .with_skip_unchanged(true)
+        .install(&outbox)
+        .await
+        .unwrap();
+    h.execute("UPDATE orders SET status = 'paid'").await;
+    h.execute("UPDATE orders SET updated_at = 'b'").await;
+    assert_eq!(
+        updates(&outbox).await,
+        vec![
+            (json!(1), json!(["status"]), json!({"status": "paid"})),
+            (json!(2), json!(["status"]), json!({"status": "paid"})),
+        ]
+    );
+}

@@ -140,10 +140,12 @@ macro_rules! suite {
                 context_headers_and_tenant_from_the_row,
                 a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256,
                 envelope_of_insert_update_delete,
+                every_touched_row_writes_an_event_by_default,
                 events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers,
                 install_is_idempotent_replaces_reports_drift_and_uninstalls,
                 install_refuses_bad_declarations_and_installs_nothing,
                 payload_modes_keys_before_and_after_changes,
+                skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
             ],
             inbox: [
                 a_duplicate_is_skipped_and_a_rollback_forgotten,
