@@ -6,16 +6,19 @@
 //! cargo run --release -p hare-outbox-bench --bin strict_order
 //! ```
 
+#[path = "../bench_accounts.rs"]
+mod bench_accounts;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 use hare_outbox::postgres::PgBackend;
 use hare_outbox::{Outbox, OutboxMessage, OutboxTable};
 use serde_json::json;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 #[derive(Parser)]
 struct Cli {
@@ -29,38 +32,6 @@ struct Cli {
     /// Seconds per cell.
     #[arg(long, default_value_t = 4.0)]
     seconds: f64,
-}
-
-async fn scratch(url: &str) -> Result<(PgPool, String)> {
-    let schema = format!("hare_bench_{:08x}", uuid::Uuid::new_v4().as_u128() as u32);
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(url)
-        .await
-        .context("connecting")?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
-        .execute(&admin)
-        .await?;
-    admin.close().await;
-    let path = schema.clone();
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
-        .after_connect(move |conn, _| {
-            let sql = format!("SET search_path TO \"{path}\"");
-            Box::pin(async move {
-                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(conn).await?;
-                Ok(())
-            })
-        })
-        .connect(url)
-        .await?;
-    sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)")
-        .execute(&pool)
-        .await?;
-    sqlx::query("INSERT INTO accounts SELECT g, 0 FROM generate_series(0, 63) g")
-        .execute(&pool)
-        .await?;
-    Ok((pool, schema))
 }
 
 /// One business transaction: the writer's own account row, then its event.
@@ -128,7 +99,7 @@ async fn cell(
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
-    let (pool, schema) = scratch(&cli.database_url).await?;
+    let (pool, schema) = bench_accounts::scratch(&cli.database_url).await?;
     let outbox = Outbox::new(PgBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
     outbox.migrate().await?;
     println!(
