@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use hare_outbox::backend::{EventLeaseParams, EventMarkDeliveredParams};
+use hare_outbox::backend::{Backend, EventLeaseParams, EventMarkDeliveredParams};
 use hare_outbox::postgres::PgBackend;
 use hare_outbox::webhook::WebhookDelivery;
 use hare_outbox::{
-    Backend, Delivery, FnDelivery, JsonLinesDelivery, Outbox, OutboxEvent, OutboxRelay,
-    OutboxTable, RelayConfig,
+    Delivery, FnDelivery, JsonLinesDelivery, Outbox, OutboxEvent, OutboxRelay, OutboxTable,
+    RelayConfig,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -239,7 +239,7 @@ async fn relay_drain(
         outbox.clone(),
         delivery,
         RelayConfig::default()
-            .with_batch_size(batch)
+            .with_batch_size(u32::try_from(batch)?)
             .with_poll_interval(Duration::from_millis(50)),
     )?;
     let mut done = 0u64;

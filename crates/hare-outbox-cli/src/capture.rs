@@ -2,8 +2,9 @@
 //! tables.
 
 use anyhow::Context as _;
+use hare_outbox::backend::CaptureBackend;
 use hare_outbox::capture::CaptureStatus;
-use hare_outbox::{Backend, ChangeCapture, Outbox};
+use hare_outbox::{ChangeCapture, Outbox};
 
 use crate::cli::{InstallArgs, UninstallArgs};
 use crate::commands::Db;
@@ -91,7 +92,7 @@ pub async fn install(settings: &Settings, args: &InstallArgs) -> anyhow::Result<
 /// Installs every capture; on a refusal puts back what was there before (the previous
 /// declaration, or no capture) and returns the error. Returns per capture whether it replaced an
 /// installed one.
-async fn install_on<B: Backend>(
+async fn install_on<B: CaptureBackend>(
     outbox: &Outbox<B>,
     captures: &[ChangeCapture],
 ) -> anyhow::Result<Vec<bool>> {
@@ -200,7 +201,7 @@ pub async fn status(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn status_on<B: Backend>(
+async fn status_on<B: CaptureBackend>(
     outbox: &Outbox<B>,
     captures: &[ChangeCapture],
 ) -> anyhow::Result<usize> {

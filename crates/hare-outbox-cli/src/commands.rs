@@ -5,9 +5,10 @@ use std::str::FromStr as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hare_outbox::backend::Backend;
 use hare_outbox::postgres::{ListenNotifyWakeup, NotifyMode, PgBackend};
 use hare_outbox::sqlite::SqliteBackend;
-use hare_outbox::{Backend, CancellationToken, Outbox, OutboxRelay};
+use hare_outbox::{CancellationToken, Outbox, OutboxRelay};
 use sqlx::Connection as _;
 
 use crate::config::{Database, DbKind, Settings, WakeupMode, WakeupSettings};

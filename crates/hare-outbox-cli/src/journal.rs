@@ -13,8 +13,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use hare_outbox::backend::FinishedState;
+use hare_outbox::backend::JournalBackend;
 use hare_outbox::journal::{CleanupOutcome, Cursor, EventQuery, ObjectRef, author_of};
-use hare_outbox::{Backend, CancellationToken, Journal, OutboxEvent, TopicFilter};
+use hare_outbox::{CancellationToken, Journal, OutboxEvent, TopicFilter};
 use serde::Deserialize;
 
 use crate::cli::{BacklogArgs, CleanupArgs, EventsArgs, RetryArgs};
@@ -341,7 +342,7 @@ pub async fn events(
     })
 }
 
-async fn events_on<B: Backend>(
+async fn events_on<B: JournalBackend>(
     journal: &Journal<B>,
     query: EventQuery,
     args: &EventsArgs,
@@ -742,7 +743,7 @@ pub async fn cleanup(
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
     let batch_size = match args.batch_size {
         Some(n) => n,
-        None => u32::try_from(settings.relay.cleanup_batch_size).unwrap_or(1000),
+        None => settings.relay.cleanup_batch_size,
     };
     let db = Db::connect(settings.database()?).await?;
     let bar = spinner(&format!("deleting {what}"));

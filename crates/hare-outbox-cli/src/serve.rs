@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hare_outbox::{Backend, CancellationToken, Journal};
+use hare_outbox::backend::JournalBackend;
+use hare_outbox::{CancellationToken, Journal};
 use hare_outbox_dashboard::{Dashboard, DashboardOptions, HealthThresholds};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
@@ -279,7 +280,7 @@ pub async fn start_for_relay(
     with_backend!(db, backend => spawn_dashboard(Journal::new(backend, table), options, addr, shutdown).await)
 }
 
-async fn spawn_dashboard<B: Backend>(
+async fn spawn_dashboard<B: JournalBackend>(
     journal: Journal<B>,
     options: DashboardOptions,
     addr: SocketAddr,

@@ -9,7 +9,8 @@ use std::time::Duration;
 use chrono::Utc;
 use uuid::Uuid;
 
-use crate::backend::Backend;
+use crate::backend::InboxBackend;
+use crate::backend::params::{InboxDeleteOlderParams, InboxRecordParams};
 use crate::error::{Error, Result};
 use crate::table::OutboxTable;
 
@@ -23,10 +24,10 @@ pub const CLEANUP_BATCH: i64 = 1000;
 ///
 /// ```no_run
 /// use hare_outbox_core::inbox::Inbox;
-/// use hare_outbox_core::Backend;
+/// use hare_outbox_core::InboxBackend;
 ///
 /// // `tx` is the consumer's own transaction (`&mut *tx` with sqlx).
-/// async fn handle<B: Backend>(inbox: &Inbox<B>, tx: &mut B::Conn, event_id: uuid::Uuid) -> hare_outbox_core::Result<()> {
+/// async fn handle<B: InboxBackend>(inbox: &Inbox<B>, tx: &mut B::Conn, event_id: uuid::Uuid) -> hare_outbox_core::Result<()> {
 ///     if inbox.process_once(tx, "billing", event_id).await? {
 ///         // … apply the event's effect in the same transaction, then commit it …
 ///     }
@@ -34,12 +35,12 @@ pub const CLEANUP_BATCH: i64 = 1000;
 /// }
 /// ```
 #[derive(Debug, Clone)]
-pub struct Inbox<B: Backend> {
+pub struct Inbox<B: InboxBackend> {
     backend: B,
     table: OutboxTable,
 }
 
-impl<B: Backend> Inbox<B> {
+impl<B: InboxBackend> Inbox<B> {
     /// An inbox in `table` (`name` or `schema.name`; [`DEFAULT_INBOX_TABLE`] is the usual name).
     ///
     /// # Errors
@@ -52,17 +53,14 @@ impl<B: Backend> Inbox<B> {
     }
 
     /// The DDL of the inbox table, for your own migration tool. Idempotent.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without an inbox.
-    pub fn schema_sql(&self) -> Result<String> {
+    pub fn schema_sql(&self) -> String {
         self.backend.inbox_schema_sql(&self.table)
     }
 
     /// Creates the inbox table if it is missing.
     ///
     /// # Errors
-    /// [`Error::Database`] when the DDL fails; [`Error::Unsupported`] on a backend without an inbox.
+    /// [`Error::Database`] when the DDL fails.
     pub async fn migrate(&self) -> Result<()> {
         self.backend.inbox_migrate(&self.table).await
     }
@@ -89,7 +87,11 @@ impl<B: Backend> Inbox<B> {
             ));
         }
         self.backend
-            .inbox_record(conn, &self.table, consumer, event_id)
+            .inbox_record(
+                conn,
+                &self.table,
+                &InboxRecordParams::new(consumer.to_owned(), event_id),
+            )
             .await
     }
 
@@ -97,15 +99,27 @@ impl<B: Backend> Inbox<B> {
     /// many. Keep records longer than the longest redelivery you expect (lease plus retries).
     ///
     /// # Errors
-    /// [`Error::Database`] when a delete fails.
+    /// [`Error::Validation`] when `older_than` reaches before the year 1; [`Error::Database`]
+    /// when a delete fails.
     pub async fn cleanup(&self, older_than: Duration) -> Result<u64> {
-        let before =
-            Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
+        let before = chrono::Duration::from_std(older_than)
+            .ok()
+            .and_then(|age| Utc::now().checked_sub_signed(age))
+            .ok_or_else(|| {
+                Error::validation(
+                    "older_than",
+                    format!(
+                        "an age of {} s reaches before the year 1; use a shorter age",
+                        older_than.as_secs()
+                    ),
+                )
+            })?;
+        let params = InboxDeleteOlderParams::new(before, CLEANUP_BATCH);
         let mut total = 0;
         loop {
             let n = self
                 .backend
-                .inbox_delete_older(&self.table, before, CLEANUP_BATCH)
+                .inbox_delete_older(&self.table, &params)
                 .await?;
             total += n;
             if n < CLEANUP_BATCH as u64 {

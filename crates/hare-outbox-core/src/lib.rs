@@ -19,8 +19,8 @@ pub mod table;
 pub mod topic;
 pub mod wakeup;
 
-pub use backend::Backend;
-pub use backend::Backlog;
+pub use backend::params::{Backlog, FinishedState};
+pub use backend::{Backend, Capabilities, CaptureBackend, InboxBackend, JournalBackend};
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{Delivery, DeliveryReport, FnDelivery, JsonLinesDelivery, TopicRouter};
 pub use error::{BoxError, DeliveryError, Error, Result};
@@ -29,7 +29,7 @@ pub use event::{
 };
 pub use extra::{ColumnType, ExtraColumn, ExtraValue};
 pub use inbox::Inbox;
-pub use journal::{EventPage, EventQuery, Journal};
+pub use journal::{CleanupOutcome, EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
 pub use outbox::{Outbox, OutboxTransaction};
 pub use relay::{

@@ -49,7 +49,7 @@ impl<B: Backend> Outbox<B> {
     /// [`Error::Configuration`] when the wake-up cannot work with this backend
     /// ([`Wakeup::check_supported`]).
     pub fn with_wakeup(mut self, wakeup: impl Wakeup) -> Result<Self> {
-        wakeup.check_supported(self.backend.name())?;
+        wakeup.check_supported(&self.backend.capabilities())?;
         self.wakeup = Some(Arc::new(wakeup));
         Ok(self)
     }
@@ -59,7 +59,7 @@ impl<B: Backend> Outbox<B> {
     /// # Errors
     /// As [`Outbox::with_wakeup`].
     pub fn with_shared_wakeup(mut self, wakeup: Arc<dyn Wakeup>) -> Result<Self> {
-        wakeup.check_supported(self.backend.name())?;
+        wakeup.check_supported(&self.backend.capabilities())?;
         self.wakeup = Some(wakeup);
         Ok(self)
     }
@@ -185,7 +185,9 @@ impl<B: Backend> Outbox<B> {
     /// # Errors
     /// [`Error::Database`] when the query fails.
     pub async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
-        self.backend.event_get(&self.table, id).await
+        self.backend
+            .event_get(&self.table, &crate::backend::EventGetParams::new(id))
+            .await
     }
 
     async fn insert(&self, conn: &mut B::Conn, message: OutboxMessage) -> Result<Inserted> {
@@ -416,7 +418,7 @@ impl<B: Backend> OutboxTransaction<B> {
         message: OutboxMessage,
         wakeup: Arc<dyn Wakeup>,
     ) -> Result<OutboxEvent> {
-        wakeup.check_supported(self.outbox.backend.name())?;
+        wakeup.check_supported(&self.outbox.backend.capabilities())?;
         let inserted = self
             .outbox
             .insert_with(&mut self.tx, message, Some(&wakeup))
@@ -437,7 +439,7 @@ impl<B: Backend> OutboxTransaction<B> {
         messages: impl IntoIterator<Item = OutboxMessage>,
         wakeup: Arc<dyn Wakeup>,
     ) -> Result<Vec<OutboxEvent>> {
-        wakeup.check_supported(self.outbox.backend.name())?;
+        wakeup.check_supported(&self.outbox.backend.capabilities())?;
         let inserted = self
             .outbox
             .insert_many_with(&mut self.tx, messages, Some(&wakeup))

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use hare_outbox_core::backend::FinishedState;
 use hare_outbox_core::journal::{Cursor, TimelineBucket, TimelineParams};
-use hare_outbox_core::{Backend, Backlog, Error as CoreError};
+use hare_outbox_core::{Backlog, Error as CoreError, JournalBackend};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use uuid::Uuid;
@@ -177,7 +177,7 @@ pub(crate) struct EventList {
         (status = 400, description = "A filter was refused", body = ErrorBody),
     )
 )]
-pub(crate) async fn list<B: Backend>(
+pub(crate) async fn list<B: JournalBackend>(
     State(state): State<AppState<B>>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<EventList>, ApiError> {
@@ -225,7 +225,7 @@ pub(crate) async fn list<B: Backend>(
         (status = 404, description = "No such event", body = ErrorBody),
     )
 )]
-pub(crate) async fn get<B: Backend>(
+pub(crate) async fn get<B: JournalBackend>(
     State(state): State<AppState<B>>,
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
@@ -358,7 +358,7 @@ pub(crate) fn timeline_params(query: Option<&str>) -> Result<TimelineParams, Api
         (status = 400, description = "A parameter was refused", body = ErrorBody),
     )
 )]
-pub(crate) async fn timeline<B: Backend>(
+pub(crate) async fn timeline<B: JournalBackend>(
     State(state): State<AppState<B>>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Timeline>, ApiError> {
@@ -415,7 +415,7 @@ pub(crate) struct BacklogQuery {
         (status = 400, description = "A topic pattern was refused", body = ErrorBody),
     )
 )]
-pub(crate) async fn backlog<B: Backend>(
+pub(crate) async fn backlog<B: JournalBackend>(
     State(state): State<AppState<B>>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<BacklogView>, ApiError> {
@@ -489,7 +489,7 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes, shape: &str) -> Result<T,
         (status = 403, description = "No token configured, or a cross-site request", body = ErrorBody),
     )
 )]
-pub(crate) async fn retry<B: Backend>(
+pub(crate) async fn retry<B: JournalBackend>(
     State(state): State<AppState<B>>,
     bytes: Bytes,
 ) -> Result<Json<RetryResult>, ApiError> {
@@ -555,7 +555,7 @@ pub(crate) struct CleanupResult {
         (status = 403, description = "No token configured, or a cross-site request", body = ErrorBody),
     )
 )]
-pub(crate) async fn cleanup<B: Backend>(
+pub(crate) async fn cleanup<B: JournalBackend>(
     State(state): State<AppState<B>>,
     bytes: Bytes,
 ) -> Result<Json<CleanupResult>, ApiError> {
@@ -631,7 +631,7 @@ const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
         (status = 503, description = "A check failed", body = Health),
     )
 )]
-pub(crate) async fn healthz<B: Backend>(State(state): State<AppState<B>>) -> Response {
+pub(crate) async fn healthz<B: JournalBackend>(State(state): State<AppState<B>>) -> Response {
     let answer = tokio::time::timeout(HEALTH_TIMEOUT, state.journal.backlog(&[])).await;
     let backlog = match answer {
         Ok(Ok(backlog)) => backlog,
@@ -713,7 +713,7 @@ pub(crate) async fn healthz<B: Backend>(State(state): State<AppState<B>>) -> Res
         (status = 404, description = "No exporter configured", body = ErrorBody),
     )
 )]
-pub(crate) async fn metrics<B: Backend>(State(state): State<AppState<B>>) -> Response {
+pub(crate) async fn metrics<B: JournalBackend>(State(state): State<AppState<B>>) -> Response {
     match &state.options.metrics {
         Some(handle) => (
             [(

@@ -80,7 +80,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{get, post};
-use hare_outbox_core::{Backend, Journal};
+use hare_outbox_core::{Journal, JournalBackend};
 use tokio::net::TcpListener;
 
 pub use error::{Error, Result};
@@ -88,7 +88,7 @@ pub use options::{DashboardOptions, HealthThresholds};
 pub use view::{EventStatusView, EventView};
 
 /// The state every handler shares.
-pub(crate) struct Shared<B: Backend> {
+pub(crate) struct Shared<B: JournalBackend> {
     pub(crate) journal: Journal<B>,
     pub(crate) options: DashboardOptions,
 }
@@ -100,11 +100,11 @@ pub(crate) type AppState<B> = Arc<Shared<B>>;
 ///
 /// It only reads the journal, except for the two token-protected dead-letter actions; it never
 /// leases, so it does not disturb running relays.
-pub struct Dashboard<B: Backend> {
+pub struct Dashboard<B: JournalBackend> {
     state: AppState<B>,
 }
 
-impl<B: Backend> Clone for Dashboard<B> {
+impl<B: JournalBackend> Clone for Dashboard<B> {
     fn clone(&self) -> Self {
         Dashboard {
             state: Arc::clone(&self.state),
@@ -112,7 +112,7 @@ impl<B: Backend> Clone for Dashboard<B> {
     }
 }
 
-impl<B: Backend> std::fmt::Debug for Dashboard<B> {
+impl<B: JournalBackend> std::fmt::Debug for Dashboard<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dashboard")
             .field("table", self.state.journal.table())
@@ -121,7 +121,7 @@ impl<B: Backend> std::fmt::Debug for Dashboard<B> {
     }
 }
 
-impl<B: Backend> Dashboard<B> {
+impl<B: JournalBackend> Dashboard<B> {
     /// The dashboard of `journal` with `options`.
     ///
     /// # Errors

@@ -7,7 +7,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use hare_outbox_core::journal::Cursor;
 use hare_outbox_core::redact::{self, UrlKind};
-use hare_outbox_core::{Backend, EventStatus};
+use hare_outbox_core::{EventStatus, JournalBackend};
 
 use crate::AppState;
 use crate::api::{ApiError, timeline_params};
@@ -126,7 +126,7 @@ struct JournalPage {
 
 /// `GET /`: the journal page. A refused filter answers 400 with the page showing what was
 /// refused and why; a database failure answers 503 the same way.
-pub(crate) async fn journal<B: Backend>(
+pub(crate) async fn journal<B: JournalBackend>(
     State(state): State<AppState<B>>,
     RawQuery(query): RawQuery,
 ) -> Response {
@@ -180,7 +180,7 @@ pub(crate) async fn journal<B: Backend>(
     }
 }
 
-async fn fill<B: Backend>(
+async fn fill<B: JournalBackend>(
     state: &AppState<B>,
     parsed: Result<Filters, crate::filters::FilterError>,
     page: &mut JournalPage,
@@ -220,7 +220,7 @@ async fn fill<B: Backend>(
 /// over `window_seconds` (default 3600) in `buckets` (default 60). The page loads it as an image,
 /// so a slow timeline never holds up the table. A refused parameter answers 400 (JSON); a
 /// timeline the backend cannot read answers an image saying why.
-pub(crate) async fn charts<B: Backend>(
+pub(crate) async fn charts<B: JournalBackend>(
     State(state): State<AppState<B>>,
     RawQuery(query): RawQuery,
 ) -> Response {

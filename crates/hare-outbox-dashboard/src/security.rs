@@ -4,7 +4,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use hare_outbox_core::Backend;
+use hare_outbox_core::JournalBackend;
 use hare_outbox_core::redact::{self, UrlKind};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -80,7 +80,7 @@ pub(crate) fn is_loopback_host(host: &str) -> bool {
 }
 
 /// Lets a mutating request through only when it is same-origin and carries the configured token.
-pub(crate) async fn guard_mutation<B: Backend>(
+pub(crate) async fn guard_mutation<B: JournalBackend>(
     State(state): State<AppState<B>>,
     request: Request,
     next: Next,

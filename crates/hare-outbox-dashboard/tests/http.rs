@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{
     TOKEN, client, enqueue, get_json, pg_outbox, relay_once, serve, sqlite_outbox, standard_journal,
 };
-use hare_outbox_core::{Backend, Journal, Outbox};
+use hare_outbox_core::{Journal, JournalBackend, Outbox};
 use hare_outbox_dashboard::{Dashboard, DashboardOptions, Error, HealthThresholds};
 use serde_json::{Value, json};
 
@@ -34,7 +34,7 @@ fn sequences(body: &Value) -> Vec<i64> {
 }
 
 /// Filters, pagination, one event, backlog and timeline over the standard journal.
-async fn listing<B: Backend>(outbox: Outbox<B>) {
+async fn listing<B: JournalBackend>(outbox: Outbox<B>) {
     standard_journal(&outbox).await;
     let served = serve(&outbox, DashboardOptions::new()).await;
 
@@ -186,7 +186,7 @@ async fn listing<B: Backend>(outbox: Outbox<B>) {
 }
 
 /// Bad filter values answer 400 naming the value and what is allowed, as JSON and as a page.
-async fn refusals<B: Backend>(outbox: Outbox<B>) {
+async fn refusals<B: JournalBackend>(outbox: Outbox<B>) {
     let served = serve(&outbox, DashboardOptions::new()).await;
     for (query, field, needle) in [
         ("status=lost", "status", "\"lost\""),
@@ -226,7 +226,7 @@ async fn refusals<B: Backend>(outbox: Outbox<B>) {
 }
 
 /// A payload and an author holding markup show as text; the security headers are set.
-async fn escaping<B: Backend>(outbox: Outbox<B>) {
+async fn escaping<B: JournalBackend>(outbox: Outbox<B>) {
     enqueue(
         &outbox,
         "evil.payload",

@@ -14,7 +14,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, pg_outbox, serve, sqlite_outbox};
-use hare_outbox_core::{Backend, Outbox, OutboxMessage};
+use hare_outbox_core::{JournalBackend, Outbox, OutboxMessage};
 use hare_outbox_dashboard::DashboardOptions;
 use serde_json::json;
 
@@ -34,7 +34,7 @@ fn rows() -> u64 {
 }
 
 /// Writes `n` events in transactions of 2000.
-async fn fill<B: Backend>(outbox: &Outbox<B>, n: u64) {
+async fn fill<B: JournalBackend>(outbox: &Outbox<B>, n: u64) {
     let started = Instant::now();
     let mut i = 0u64;
     while i < n {
@@ -75,7 +75,7 @@ async fn median(url: &str) -> (Duration, usize) {
     (times[2], rows)
 }
 
-async fn measure<B: Backend>(name: &str, outbox: Outbox<B>, mark: impl AsyncFnOnce()) {
+async fn measure<B: JournalBackend>(name: &str, outbox: Outbox<B>, mark: impl AsyncFnOnce()) {
     let n = rows();
     fill(&outbox, n).await;
     mark().await;

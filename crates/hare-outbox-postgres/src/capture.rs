@@ -32,6 +32,7 @@
 
 use std::collections::HashMap;
 
+use hare_outbox_core::backend::template::render;
 use hare_outbox_core::backend::{CaptureInstallParams, CaptureUninstallParams, ContextSetParams};
 use hare_outbox_core::capture::{
     CaptureColumn, CaptureDrift, CapturePlan, CaptureRecord, CaptureStatus, ChangePayload, KeyPart,
@@ -87,42 +88,6 @@ pub(crate) fn quote_literal(text: &str) -> String {
     } else {
         format!("'{quoted}'")
     }
-}
-
-/// Fills `{name}` placeholders in one pass, so a value can never feed another placeholder; an
-/// unknown `{…}` (such as the `'{}'` literal) is kept. SQL comment lines are dropped first, so no
-/// value lands inside a `--` comment.
-fn render(template: &str, values: &[(&str, String)]) -> String {
-    let template: String = template
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("--"))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    let mut out = String::with_capacity(template.len() * 2);
-    let mut rest = template.as_str();
-    while let Some(start) = rest.find('{') {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 1..];
-        let value = after.find('}').and_then(|end| {
-            let name = &after[..end];
-            values
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| (v, end))
-        });
-        match value {
-            Some((value, end)) => {
-                out.push_str(value);
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// How a value of one type becomes JSON.
@@ -993,15 +958,6 @@ mod tests {
     fn literals_cannot_break_out() {
         assert_eq!(quote_literal("it's"), "'it''s'");
         assert_eq!(quote_literal("a\\'b"), "E'a\\\\''b'");
-    }
-
-    #[test]
-    fn render_is_one_pass_and_drops_comments() {
-        let sql = render(
-            "-- {a} here\nSELECT {a}, {b}, '{}'\n",
-            &[("a", "'{b}\n'".to_owned()), ("b", "2".to_owned())],
-        );
-        assert_eq!(sql, "SELECT '{b}\n', 2, '{}'\n");
     }
 
     #[test]

@@ -11,8 +11,13 @@ use crate::exec::{Db, RunIn};
 use crate::sql::quoted_table;
 
 fn render(sql: &str, table: &OutboxTable) -> String {
-    sql.replace("{table}", &quoted_table(table))
-        .replace("{prefix}", table.name())
+    hare_outbox_core::backend::template::render(
+        sql,
+        &[
+            ("table", quoted_table(table)),
+            ("prefix", table.name().to_owned()),
+        ],
+    )
 }
 
 pub(crate) fn schema_sql(table: &OutboxTable) -> String {

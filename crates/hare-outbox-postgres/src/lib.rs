@@ -32,15 +32,16 @@ mod wakeup;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use hare_outbox_core::backend::Inserted;
 use hare_outbox_core::backend::{
-    BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
-    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams,
-    EventRetryDeadLetteredParams, FinishedState, LeasedBatch,
+    Backend, BacklogParams, Capabilities, CaptureBackend, EventDeleteFinishedParams,
+    EventGetParams, EventInsertParams, EventLeaseExtendParams, EventLeaseParams,
+    EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams,
+    EventRetryDeadLetteredParams, FinishedState, InboxBackend, InboxDeleteOlderParams,
+    InboxRecordParams, Inserted, JournalBackend, LeasedBatch, UnreadableRow,
 };
 use hare_outbox_core::{
-    Backend, Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, OutboxEvent, OutboxTable,
-    Result, StoredRow, TopicFilter,
+    Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, OutboxEvent, OutboxTable, Result,
+    StoredRow, TopicFilter,
 };
 use serde_json::{Map, Value};
 use sqlx::postgres::PgArguments;
@@ -217,8 +218,8 @@ impl Backend for PgBackend {
     type Conn = PgConnection;
     type Transaction = sqlx::Transaction<'static, sqlx::Postgres>;
 
-    fn name(&self) -> &'static str {
-        "postgres"
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("postgres").with_notify_in_transaction(true)
     }
 
     fn schema_sql(&self, table: &OutboxTable) -> String {
@@ -435,69 +436,33 @@ impl Backend for PgBackend {
                 .is_ok_and(|s| s.is_some())
         });
         // A row that cannot be read (a payload nested deeper than the JSON reader allows, say)
-        // would fail every lease and stop the relay: it is dead-lettered with the reason
-        // instead, holding back only its own key, and the rest of the batch goes on.
+        // or holds what the library never writes (headers that are not an object, negative
+        // attempts, a nil id, …) is handed to the core, which dead-letters it with the reason.
         let mut events = Vec::with_capacity(rows.len());
-        let mut unreadable: Vec<(i64, i32, String)> = Vec::new();
-        // The first unreadable sequence per ordering key: the run behind it is released.
-        let mut blocked: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-        // A row written by another program with what the library never writes (headers that
-        // are not an object, negative attempts, a nil id, …) is dead-lettered the same way,
-        // with the reason, rather than delivered with made-up data.
+        let mut unreadable = Vec::new();
         for row in &rows {
             let refused = match stored_row_problem(row) {
-                Some(reason) => Some(reason),
+                Some(reason) => reason,
                 None => match decode(table, row) {
                     Ok(event) => {
                         events.push(event);
-                        None
+                        continue;
                     }
-                    Err(error) => Some(format!("the stored event cannot be read: {error}")),
+                    Err(error) => format!("the stored event cannot be read: {error}"),
                 },
             };
-            if let Some(reason) = refused {
-                let sequence: i64 = row.try_get("sequence").map_err(translate)?;
-                let attempts: i32 = row.try_get("attempts").map_err(translate)?;
-                if let Ok(Some(key)) = row.try_get::<Option<String>, _>("ordering_key") {
-                    let first = blocked.entry(key).or_insert(sequence);
-                    *first = (*first).min(sequence);
-                }
-                unreadable.push((sequence, attempts, reason));
-            }
+            unreadable.push(UnreadableRow::new(
+                row.try_get("sequence").map_err(translate)?,
+                row.try_get("attempts").map_err(translate)?,
+                row.try_get::<Option<String>, _>("ordering_key")
+                    .ok()
+                    .flatten(),
+                refused,
+            ));
         }
-        let (events, behind): (Vec<OutboxEvent>, Vec<OutboxEvent>) =
-            events.into_iter().partition(|e| {
-                e.ordering_key
-                    .as_ref()
-                    .and_then(|k| blocked.get(k))
-                    .is_none_or(|&first| e.sequence < first)
-            });
-        if !unreadable.is_empty() {
-            let n = unreadable.len();
-            let (sequences, rest): (Vec<i64>, Vec<(i32, String)>) = unreadable
-                .into_iter()
-                .map(|(sequence, attempts, error)| (sequence, (attempts, error)))
-                .unzip();
-            let (attempts, errors): (Vec<i32>, Vec<String>) = rest.into_iter().unzip();
-            sqlx::query(AssertSqlSafe(statements.event_mark_failed.clone()))
-                .bind(sequences)
-                .bind(attempts)
-                .bind(errors)
-                .bind(vec![None::<f64>; n])
-                .bind(params.now)
-                .bind(&params.leased_by)
-                .execute_in(self.db())
-                .await
-                .map_err(translate)?;
-        }
-        if !behind.is_empty() {
-            let release = EventReleaseParams::new(
-                behind.iter().map(|e| e.sequence).collect(),
-                params.leased_by.clone(),
-            );
-            self.event_lease_release(table, &release).await?;
-        }
-        Ok(LeasedBatch::new(events, key_cursor).with_contended(contended))
+        Ok(LeasedBatch::new(events, key_cursor)
+            .with_contended(contended)
+            .with_unreadable(unreadable))
     }
 
     async fn event_lease_release(
@@ -615,15 +580,38 @@ impl Backend for PgBackend {
         Ok(done.rows_affected())
     }
 
-    async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>> {
+    async fn event_get(
+        &self,
+        table: &OutboxTable,
+        params: &EventGetParams,
+    ) -> Result<Option<OutboxEvent>> {
         let row = sqlx::query(AssertSqlSafe(self.statements(table).event_get.clone()))
-            .bind(id)
+            .bind(params.id)
             .fetch_optional_in(self.db())
             .await
             .map_err(translate)?;
         row.as_ref().map(|r| decode(table, r)).transpose()
     }
 
+    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
+        let query = sqlx::query(AssertSqlSafe(self.statements(table).backlog.clone()));
+        let row = bind_topics(query, &params.topics)
+            .fetch_one_in(self.db())
+            .await
+            .map_err(translate)?;
+        let oldest: Option<DateTime<Utc>> = row.try_get("oldest_pending").map_err(translate)?;
+        Ok(Backlog {
+            pending: row.try_get("pending").map_err(translate)?,
+            oldest_pending_age_seconds: oldest
+                .map(|t| (params.now - t).as_seconds_f64().max(0.0))
+                .unwrap_or(0.0),
+            dead_lettered: row.try_get("dead_lettered").map_err(translate)?,
+        })
+    }
+}
+
+#[async_trait]
+impl JournalBackend for PgBackend {
     /// One page of the journal: keyset pagination on the primary key, so a page deep in the table
     /// costs what the first one does. A status is judged at the database's clock (`now()`, the
     /// statement's transaction start), exactly as [`OutboxEvent::status`] does; the object filter
@@ -704,23 +692,10 @@ impl Backend for PgBackend {
             .map_err(translate)?;
         Ok(done.rows_affected())
     }
+}
 
-    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
-        let query = sqlx::query(AssertSqlSafe(self.statements(table).backlog.clone()));
-        let row = bind_topics(query, &params.topics)
-            .fetch_one_in(self.db())
-            .await
-            .map_err(translate)?;
-        let oldest: Option<DateTime<Utc>> = row.try_get("oldest_pending").map_err(translate)?;
-        Ok(Backlog {
-            pending: row.try_get("pending").map_err(translate)?,
-            oldest_pending_age_seconds: oldest
-                .map(|t| (params.now - t).as_seconds_f64().max(0.0))
-                .unwrap_or(0.0),
-            dead_lettered: row.try_get("dead_lettered").map_err(translate)?,
-        })
-    }
-
+#[async_trait]
+impl CaptureBackend for PgBackend {
     async fn capture_install(
         &self,
         table: &OutboxTable,
@@ -752,9 +727,12 @@ impl Backend for PgBackend {
     ) -> Result<()> {
         capture::context_set(self.db(), conn, params).await
     }
+}
 
-    fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
-        Ok(inbox::schema_sql(table))
+#[async_trait]
+impl InboxBackend for PgBackend {
+    fn inbox_schema_sql(&self, table: &OutboxTable) -> String {
+        inbox::schema_sql(table)
     }
 
     async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
@@ -765,19 +743,17 @@ impl Backend for PgBackend {
         &self,
         conn: &mut PgConnection,
         table: &OutboxTable,
-        consumer: &str,
-        event_id: Uuid,
+        params: &InboxRecordParams,
     ) -> Result<bool> {
-        inbox::record(self.db(), conn, table, consumer, event_id).await
+        inbox::record(self.db(), conn, table, &params.consumer, params.event_id).await
     }
 
     async fn inbox_delete_older(
         &self,
         table: &OutboxTable,
-        before: DateTime<Utc>,
-        limit: i64,
+        params: &InboxDeleteOlderParams,
     ) -> Result<u64> {
-        inbox::delete_older(self.db(), table, before, limit).await
+        inbox::delete_older(self.db(), table, params.before, params.limit).await
     }
 }
 

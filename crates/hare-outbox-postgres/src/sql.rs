@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
+use hare_outbox_core::backend::template::{self, render};
 use hare_outbox_core::{ColumnType, IdempotencyScope, OutboxTable};
 
 /// The columns every statement returns, in this order: the outbox-owned columns of the core,
@@ -158,16 +159,17 @@ impl Statements {
             IdempotencyScope::None => String::new(),
         };
         // The table name is validated to [A-Za-z0-9_], so it is safe inside a quoted index name.
-        let render = |sql: &str| -> String {
-            sql.replace("{extra_column_defs}", &extra_column_defs)
-                .replace("{extra_column_alters}", &extra_column_alters)
-                .replace("{idempotency_constraint}", &idempotency_constraint)
-                .replace("{table}", &quoted)
-                .replace("{prefix}", table.name())
-                .replace("{columns}", &columns)
-                .replace("{t_columns}", &t_columns)
-                .replace("{relay_commit}", commit.condition())
-        };
+        let values = [
+            ("extra_column_defs", extra_column_defs),
+            ("extra_column_alters", extra_column_alters),
+            ("idempotency_constraint", idempotency_constraint),
+            ("table", quoted),
+            ("prefix", table.name().to_owned()),
+            ("columns", columns),
+            ("t_columns", t_columns),
+            ("relay_commit", commit.condition().to_owned()),
+        ];
+        let render = |sql: &str| -> String { template::render(sql, &values) };
         let mut schema = String::new();
         if let Some(name) = table.schema() {
             schema.push_str(&format!(
@@ -179,10 +181,11 @@ impl Statements {
         let r = |sql: &str| -> Arc<str> { render(sql).into() };
         // Only the comparison and the direction differ between the two journal pages.
         let list = |keyset: &str, order: &str| -> Arc<str> {
-            render(include_str!("../queries/event_list.sql"))
-                .replace("{keyset}", keyset)
-                .replace("{order}", order)
-                .into()
+            template::render(
+                &render(include_str!("../queries/event_list.sql")),
+                &[("keyset", keyset), ("order", order)],
+            )
+            .into()
         };
         Statements {
             schema,
@@ -228,29 +231,21 @@ impl Statements {
 /// (`queries/event_ready.sql`, then `queries/event_topic_filter.sql` when `topic_filter`);
 /// `{limit}`, `{run_limit}`, `{min_keys}` and `{fill_cap}` stay.
 fn lease_template(sql: &str, topic_filter: bool) -> String {
-    // Drop the comment lines of the fragments; they are spliced into expressions.
-    let code = |fragment: &str| -> String {
-        fragment
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("--"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let mut ready = code(include_str!("../queries/event_ready.sql"));
+    let mut ready = include_str!("../queries/event_ready.sql").to_owned();
     if topic_filter {
         ready.push('\n');
-        ready.push_str(&code(include_str!("../queries/event_topic_filter.sql")));
+        ready.push_str(include_str!("../queries/event_topic_filter.sql"));
     }
-    let mut out = sql.to_owned();
-    for alias in ["k", "o", "e", "u"] {
-        out = out.replace(&format!("{{ready:{alias}}}"), &ready.replace("{a}", alias));
-    }
-    out
+    let fragments = ["k", "o", "e", "u"].map(|alias| {
+        let fragment = render(&ready, &[("a", alias)]);
+        (format!("ready:{alias}"), fragment.trim_end().to_owned())
+    });
+    render(sql, &fragments)
 }
 
 /// `sql` with its `{result_column}` placeholder replaced by the quoted `column`.
 pub(crate) fn with_result_column(sql: &str, column: &str) -> String {
-    sql.replace("{result_column}", &quote_ident(column))
+    render(sql, &[("result_column", quote_ident(column))])
 }
 
 /// The column definition of an extra column.
@@ -343,12 +338,17 @@ impl Statements {
         leases
             .entry(shape)
             .or_insert_with(|| {
-                self.event_lease[usize::from(!topic_filter)]
-                    .replace("{limit}", &limit.to_string())
-                    .replace("{run_limit}", &run_limit.to_string())
-                    .replace("{min_keys}", &min_keys.to_string())
-                    .replace("{fill_cap}", &fill_cap.to_string())
-                    .into()
+                render(
+                    &self.event_lease[usize::from(!topic_filter)],
+                    &[
+                        ("limit", limit),
+                        ("run_limit", run_limit),
+                        ("min_keys", min_keys),
+                        ("fill_cap", fill_cap),
+                    ]
+                    .map(|(name, n)| (name, n.to_string())),
+                )
+                .into()
             })
             .clone()
     }
@@ -373,10 +373,14 @@ impl Statements {
 
     fn event_insert(&self, table: &OutboxTable, extra: &[&str]) -> String {
         let values: Vec<String> = (1..=6 + extra.len()).map(|i| format!("${i}")).collect();
-        self.event_insert
-            .replace("{insert_columns}", &insert_columns(extra))
-            .replace("{insert_values}", &values.join(", "))
-            .replace("{on_conflict}", &on_conflict(table))
+        render(
+            &self.event_insert,
+            &[
+                ("insert_columns", insert_columns(extra)),
+                ("insert_values", values.join(", ")),
+                ("on_conflict", on_conflict(table)),
+            ],
+        )
     }
 
     /// The multi-row insert of one run of messages setting the `extra` columns.
@@ -395,10 +399,14 @@ impl Statements {
                 .map_or(ColumnType::Text, |c| c.column_type());
             args.push(format!("${}::{}[]", 7 + i, sql_type(column_type)));
         }
-        self.event_insert_many
-            .replace("{insert_columns}", &insert_columns(extra))
-            .replace("{unnest_args}", &args.join(", "))
-            .replace("{on_conflict}", &on_conflict(table))
+        render(
+            &self.event_insert_many,
+            &[
+                ("insert_columns", insert_columns(extra)),
+                ("unnest_args", args.join(", ")),
+                ("on_conflict", on_conflict(table)),
+            ],
+        )
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use hare_outbox_core::backend::Capabilities;
 use hare_outbox_core::wakeup::listener::{self, Connecting, Listener, Messages, Source};
 use hare_outbox_core::wakeup::{Wakeup, WakeupSubscription};
 use hare_outbox_core::{Error, Result};
@@ -354,12 +355,13 @@ impl Wakeup for ListenNotifyWakeup {
         (self.inner.mode == NotifyMode::InTransaction).then_some(self.inner.channel.as_str())
     }
 
-    fn check_supported(&self, backend: &str) -> Result<()> {
-        if backend == "postgres" {
+    fn check_supported(&self, backend: &Capabilities) -> Result<()> {
+        if backend.notify_in_transaction {
             Ok(())
         } else {
             Err(Error::configuration(format!(
-                "ListenNotifyWakeup needs PostgreSQL LISTEN/NOTIFY; the {backend} backend has none (use InProcessWakeup or a broker wake-up)"
+                "ListenNotifyWakeup needs PostgreSQL LISTEN/NOTIFY; the {} backend has none (use InProcessWakeup or a broker wake-up)",
+                backend.name
             )))
         }
     }

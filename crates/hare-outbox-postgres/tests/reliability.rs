@@ -285,7 +285,7 @@ async fn a_poison_event_holds_back_only_its_key() {
         "the other keys drained and the poison dead",
         Duration::from_secs(20),
         || async {
-            let b = relay.backlog().await.unwrap();
+            let b = relay.journal().backlog(&[]).await.unwrap();
             (b.dead_lettered == 1 && seen.lock().unwrap().len() == 15).then_some(())
         },
     )
@@ -302,7 +302,10 @@ async fn a_poison_event_holds_back_only_its_key() {
         .execute(&schema.pool)
         .await
         .unwrap();
-    assert_eq!(relay.retry_dead_lettered(&[], &[]).await.unwrap(), 1);
+    assert_eq!(
+        relay.journal().retry_dead_lettered(&[], &[]).await.unwrap(),
+        1
+    );
     wait_for("k1 drained", Duration::from_secs(20), || async {
         (seen.lock().unwrap().len() == 20).then_some(())
     })

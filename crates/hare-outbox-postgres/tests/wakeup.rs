@@ -306,7 +306,9 @@ async fn an_unreachable_server_keeps_the_subscription_open_and_relays_poll_on() 
     relay.stop().await.unwrap();
     wakeup.close().await.unwrap();
     assert!(
-        wakeup.check_supported("sqlite").is_err(),
+        wakeup
+            .check_supported(&hare_outbox_core::backend::Capabilities::new("sqlite"))
+            .is_err(),
         "LISTEN/NOTIFY is refused on SQLite"
     );
     schema.drop_schema().await;

@@ -25,6 +25,7 @@
 //! in the outbox table's database (`main` unless the outbox table is schema-qualified).
 //! Generated columns are not captured (`table_info` leaves them out).
 
+use hare_outbox_core::backend::template::render;
 use hare_outbox_core::backend::{CaptureInstallParams, CaptureUninstallParams, ContextSetParams};
 use hare_outbox_core::capture::{
     CaptureColumn, CaptureDrift, CapturePlan, CaptureRecord, CaptureStatus, ChangePayload, KeyPart,
@@ -71,40 +72,6 @@ const MASK: &str = "4294967295";
 /// A quoted SQL string literal (single quotes doubled; SQLite has no backslash escapes).
 pub(crate) fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
-}
-
-/// Fills `{name}` placeholders in one pass (a value never feeds another placeholder; an unknown
-/// `{…}` such as `'{}'` is kept), after dropping the `--` comment lines.
-fn render(template: &str, values: &[(&str, String)]) -> String {
-    let template: String = template
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("--"))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    let mut out = String::with_capacity(template.len() * 2);
-    let mut rest = template.as_str();
-    while let Some(start) = rest.find('{') {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 1..];
-        let found = after.find('}').and_then(|end| {
-            values
-                .iter()
-                .find(|(n, _)| *n == &after[..end])
-                .map(|(_, v)| (v, end))
-        });
-        match found {
-            Some((value, end)) => {
-                out.push_str(value);
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The base64 text of BLOB expression `x`, in SQL.
@@ -900,11 +867,5 @@ mod tests {
                 .any(|(at, _)| sql[..at].trim_end().ends_with(['\'', ',']));
             assert!(!aggregate_order, "{declared}: {sql}");
         }
-    }
-
-    #[test]
-    fn render_is_one_pass_and_drops_comments() {
-        let sql = render("-- {a}\nSELECT {a}, '{}'\n", &[("a", "'{a}\n'".to_owned())]);
-        assert_eq!(sql, "SELECT '{a}\n', '{}'\n");
     }
 }

@@ -24,9 +24,14 @@ fn render(sql: &str, table: &OutboxTable) -> String {
         ),
         None => quote_ident(&format!("{}_processed_idx", table.name())),
     };
-    sql.replace("{table}", &quoted)
-        .replace("{index}", &index)
-        .replace("{name}", table.name())
+    hare_outbox_core::backend::template::render(
+        sql,
+        &[
+            ("table", quoted),
+            ("index", index),
+            ("name", table.name().to_owned()),
+        ],
+    )
 }
 
 pub(crate) fn schema_sql(table: &OutboxTable) -> String {

@@ -47,17 +47,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hare_outbox_core::backend::{
-    BacklogParams, EventDeleteFinishedParams, EventInsertParams, EventLeaseExtendParams,
-    EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams,
-    EventRetryDeadLetteredParams, FinishedState, Inserted, LeasedBatch,
+    Backend, BacklogParams, Capabilities, CaptureBackend, EventDeleteFinishedParams,
+    EventGetParams, EventInsertParams, EventLeaseExtendParams, EventLeaseParams,
+    EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams,
+    EventRetryDeadLetteredParams, FinishedState, InboxBackend, InboxDeleteOlderParams,
+    InboxRecordParams, Inserted, JournalBackend, LeasedBatch, UnreadableRow,
 };
 use hare_outbox_core::{
-    Backend, Backlog, Error, IdempotencyScope, OutboxEvent, OutboxTable, Result, TopicFilter,
+    Backlog, Error, IdempotencyScope, OutboxEvent, OutboxTable, Result, TopicFilter,
 };
 use serde_json::Value;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection, SqlitePool};
-use uuid::Uuid;
 
 use crate::decode::{Bound, bound, parse_timestamp, timestamp};
 use crate::error::map_err;
@@ -260,8 +261,8 @@ impl Backend for SqliteBackend {
     type Conn = SqliteConnection;
     type Transaction = sqlx::Transaction<'static, Sqlite>;
 
-    fn name(&self) -> &'static str {
-        "sqlite"
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("sqlite")
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` and `CREATE INDEX IF NOT EXISTS` statements of `table`,
@@ -272,7 +273,7 @@ impl Backend for SqliteBackend {
     /// A foreign key names its table without schema (SQLite keeps foreign keys within one
     /// database).
     fn schema_sql(&self, table: &OutboxTable) -> String {
-        Query::Schema.render(table)
+        Query::Schema.render(table).to_string()
     }
 
     /// Runs [`Backend::schema_sql`] in one `BEGIN IMMEDIATE` transaction, then adds the declared
@@ -483,12 +484,12 @@ impl Backend for SqliteBackend {
             .await
             .map_err(map_err)?;
         // Decoded before COMMIT. A row that cannot be read (SQLite stores any text, and any
-        // program may write the table) would fail every lease and stop the relay: it is
-        // dead-lettered with the reason instead, holding back only its own key.
+        // program may write the table), or that holds what the library never writes (headers
+        // that are not an object, negative attempts, a nil id, …), is handed to the core, which
+        // dead-letters it with the reason.
         let mut events = Vec::with_capacity(rows.len());
+        let mut unreadable = Vec::new();
         let mut keys: Vec<String> = Vec::new();
-        // The first unreadable sequence per ordering key: the run behind it is released.
-        let mut blocked: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
         for row in &rows {
             let key = row
                 .try_get::<Option<String>, _>("ordering_key")
@@ -497,8 +498,6 @@ impl Backend for SqliteBackend {
             if let Some(key) = &key {
                 keys.push(key.clone());
             }
-            // A row another program wrote with what the library never writes (headers that
-            // are not an object, negative attempts, a nil id, …) is dead-lettered the same way.
             let refused = match decode::stored_row_problem(row) {
                 Some(reason) => Err(reason),
                 None => decode::event(table, row)
@@ -506,39 +505,13 @@ impl Backend for SqliteBackend {
             };
             match refused {
                 Ok(event) => events.push(event),
-                Err(reason) => {
-                    let sequence: i64 = row.try_get("sequence").map_err(map_err)?;
-                    if let Some(key) = key {
-                        let first = blocked.entry(key).or_insert(sequence);
-                        *first = (*first).min(sequence);
-                    }
-                    sqlx::query(AssertSqlSafe(
-                        Query::EventDeadLetterUnreadable.render(table),
-                    ))
-                    .bind(timestamp(now))
-                    .bind(reason)
-                    .bind(sequence)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                }
+                Err(reason) => unreadable.push(UnreadableRow::new(
+                    row.try_get("sequence").map_err(map_err)?,
+                    row.try_get("attempts").map_err(map_err)?,
+                    key,
+                    reason,
+                )),
             }
-        }
-        let (events, behind): (Vec<OutboxEvent>, Vec<OutboxEvent>) =
-            events.into_iter().partition(|e| {
-                e.ordering_key
-                    .as_ref()
-                    .and_then(|k| blocked.get(k))
-                    .is_none_or(|&first| e.sequence < first)
-            });
-        if !behind.is_empty() {
-            let sequences: Vec<i64> = behind.iter().map(|e| e.sequence).collect();
-            sqlx::query(AssertSqlSafe(Query::EventLeaseRelease.render(table)))
-                .bind(json_array(&sequences))
-                .bind(&params.leased_by)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
         }
         tx.commit().await.map_err(map_err)?;
         // The walk visits keys in BINARY (byte) order from the cursor, wrapping around once:
@@ -550,7 +523,7 @@ impl Backend for SqliteBackend {
             .max()
             .or_else(|| keys.iter().max())
             .cloned();
-        Ok(LeasedBatch::new(events, key_cursor))
+        Ok(LeasedBatch::new(events, key_cursor).with_unreadable(unreadable))
     }
 
     async fn event_lease_release(
@@ -606,7 +579,7 @@ impl Backend for SqliteBackend {
             let mut changed = 0;
             for (i, sequence) in params.sequences.iter().enumerate() {
                 let record = params.results.get(i).cloned().flatten();
-                let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                let done = sqlx::query(AssertSqlSafe(&*sql))
                     .bind(timestamp(now))
                     .bind(sequence)
                     .bind(record.map(|v| v.to_string()))
@@ -647,7 +620,7 @@ impl Backend for SqliteBackend {
                 timestamp(now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
             });
             let dead = failure.retry_in.is_none().then(|| timestamp(now));
-            let mut query = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let mut query = sqlx::query(AssertSqlSafe(&*sql))
                 .bind(failure.attempts)
                 .bind(&failure.error)
                 .bind(next)
@@ -664,9 +637,13 @@ impl Backend for SqliteBackend {
         Ok(changed)
     }
 
-    async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>> {
+    async fn event_get(
+        &self,
+        table: &OutboxTable,
+        params: &EventGetParams,
+    ) -> Result<Option<OutboxEvent>> {
         let row = sqlx::query(AssertSqlSafe(Query::EventGet.render(table)))
-            .bind(id.hyphenated().to_string())
+            .bind(params.id.hyphenated().to_string())
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
@@ -675,6 +652,40 @@ impl Backend for SqliteBackend {
             .transpose()
     }
 
+    /// Counts pending events (neither published nor dead-lettered), the age of the oldest against
+    /// `params.now` (0 when none, never negative) and dead letters.
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the query fails or `created_at` is not a timestamp.
+    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
+        let query = sqlx::query(AssertSqlSafe(Query::Backlog.render(table)));
+        let row = bind_topics(query, &params.topics)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let oldest = row
+            .try_get::<Option<String>, _>("oldest_pending")
+            .map_err(map_err)?
+            .map(|text| {
+                parse_timestamp(&text).ok_or_else(|| {
+                    Error::database(format!(
+                        "outbox column created_at: {text:?} is not a timestamp"
+                    ))
+                })
+            })
+            .transpose()?;
+        Ok(Backlog {
+            pending: row.try_get("pending").map_err(map_err)?,
+            oldest_pending_age_seconds: oldest
+                .map(|t| (params.now - t).as_seconds_f64().max(0.0))
+                .unwrap_or(0.0),
+            dead_lettered: row.try_get("dead_lettered").map_err(map_err)?,
+        })
+    }
+}
+
+#[async_trait]
+impl JournalBackend for SqliteBackend {
     /// One page of the journal: keyset pagination on `sequence` (the rowid), so a page deep in
     /// the table costs what the first one does. A status is judged at the database's clock
     /// (`strftime('now')`), exactly as [`OutboxEvent::status`] does; the object filter reads the
@@ -762,38 +773,10 @@ impl Backend for SqliteBackend {
             .map_err(map_err)?;
         Ok(done.rows_affected())
     }
+}
 
-    /// Counts pending events (neither published nor dead-lettered), the age of the oldest against
-    /// `params.now` (0 when none, never negative) and dead letters.
-    ///
-    /// # Errors
-    /// [`Error::Database`] when the query fails or `created_at` is not a timestamp.
-    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
-        let query = sqlx::query(AssertSqlSafe(Query::Backlog.render(table)));
-        let row = bind_topics(query, &params.topics)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let oldest = row
-            .try_get::<Option<String>, _>("oldest_pending")
-            .map_err(map_err)?
-            .map(|text| {
-                parse_timestamp(&text).ok_or_else(|| {
-                    Error::database(format!(
-                        "outbox column created_at: {text:?} is not a timestamp"
-                    ))
-                })
-            })
-            .transpose()?;
-        Ok(Backlog {
-            pending: row.try_get("pending").map_err(map_err)?,
-            oldest_pending_age_seconds: oldest
-                .map(|t| (params.now - t).as_seconds_f64().max(0.0))
-                .unwrap_or(0.0),
-            dead_lettered: row.try_get("dead_lettered").map_err(map_err)?,
-        })
-    }
-
+#[async_trait]
+impl CaptureBackend for SqliteBackend {
     async fn capture_install(
         &self,
         table: &OutboxTable,
@@ -825,9 +808,12 @@ impl Backend for SqliteBackend {
     ) -> Result<()> {
         capture::context_set(conn, table, params).await
     }
+}
 
-    fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
-        Ok(inbox::schema_sql(table))
+#[async_trait]
+impl InboxBackend for SqliteBackend {
+    fn inbox_schema_sql(&self, table: &OutboxTable) -> String {
+        inbox::schema_sql(table)
     }
 
     async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
@@ -843,18 +829,16 @@ impl Backend for SqliteBackend {
         &self,
         conn: &mut SqliteConnection,
         table: &OutboxTable,
-        consumer: &str,
-        event_id: Uuid,
+        params: &InboxRecordParams,
     ) -> Result<bool> {
-        inbox::record(conn, table, consumer, event_id).await
+        inbox::record(conn, table, &params.consumer, params.event_id).await
     }
 
     async fn inbox_delete_older(
         &self,
         table: &OutboxTable,
-        before: chrono::DateTime<chrono::Utc>,
-        limit: i64,
+        params: &InboxDeleteOlderParams,
     ) -> Result<u64> {
-        inbox::delete_older(&self.pool, table, before, limit).await
+        inbox::delete_older(&self.pool, table, params.before, params.limit).await
     }
 }

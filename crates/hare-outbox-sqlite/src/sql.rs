@@ -12,7 +12,27 @@
 //! `{column_def}`; per journal page direction: `{keyset}` (`<` or `>`) and `{order}` (`DESC` or
 //! `ASC`). Every identifier goes through [`quote_ident`].
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use hare_outbox_core::backend::template::render;
 use hare_outbox_core::{ColumnType, Error, ExtraColumn, IdempotencyScope, OutboxTable, Result};
+
+/// Every statement rendered so far, per table and statement shape (a query, a lease's limits, an
+/// insert's extra columns, a result column), for the life of the process: rendering happens once.
+static CACHE: LazyLock<Mutex<StatementCache>> = LazyLock::new(Mutex::default);
+
+/// Rendered statements by (table, shape).
+type StatementCache = HashMap<(OutboxTable, String), Arc<str>>;
+
+/// The statement of `table` and `shape`, rendered by `make` on first use.
+fn cached(table: &OutboxTable, shape: String, make: impl FnOnce() -> String) -> Arc<str> {
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry((table.clone(), shape))
+        .or_insert_with(|| make().into())
+        .clone()
+}
 
 const SCHEMA: &str = include_str!("../queries/schema.sql");
 const EVENT_INSERT: &str = include_str!("../queries/event_insert.sql");
@@ -27,8 +47,6 @@ const EVENT_LEASE: &str = include_str!("../queries/event_lease.sql");
 const EVENT_READY: &str = include_str!("../queries/event_ready.sql");
 const EVENT_LEASE_RELEASE: &str = include_str!("../queries/event_lease_release.sql");
 const EVENT_LEASE_EXTEND: &str = include_str!("../queries/event_lease_extend.sql");
-const EVENT_DEAD_LETTER_UNREADABLE: &str =
-    include_str!("../queries/event_dead_letter_unreadable.sql");
 const EVENT_MARK_DELIVERED: &str = include_str!("../queries/event_mark_delivered.sql");
 const EVENT_MARK_FAILED: &str = include_str!("../queries/event_mark_failed.sql");
 const EVENT_MARK_DELIVERED_RESULT: &str =
@@ -82,7 +100,6 @@ pub(crate) enum Query {
     EventLease,
     EventLeaseExtend,
     EventLeaseRelease,
-    EventDeadLetterUnreadable,
     EventMarkDelivered,
     EventMarkFailed,
     /// Rendered by [`with_result_column`].
@@ -111,7 +128,6 @@ impl Query {
             Query::EventLease => EVENT_LEASE,
             Query::EventLeaseExtend => EVENT_LEASE_EXTEND,
             Query::EventLeaseRelease => EVENT_LEASE_RELEASE,
-            Query::EventDeadLetterUnreadable => EVENT_DEAD_LETTER_UNREADABLE,
             Query::EventMarkDelivered => EVENT_MARK_DELIVERED,
             Query::EventMarkFailed => EVENT_MARK_FAILED,
             Query::EventMarkDeliveredResult => EVENT_MARK_DELIVERED_RESULT,
@@ -125,10 +141,10 @@ impl Query {
         }
     }
 
-    /// The statement's text for `table`. The statements with per-message placeholders are
-    /// rendered by [`event_insert`], [`event_insert_many`] and [`add_column`].
-    pub(crate) fn render(self, table: &OutboxTable) -> String {
-        self.render_with(table, &[])
+    /// The statement's text for `table` (cached). The statements with per-message placeholders
+    /// are rendered by [`event_insert`], [`event_insert_many`] and [`add_column`].
+    pub(crate) fn render(self, table: &OutboxTable) -> Arc<str> {
+        cached(table, format!("{self:?}"), || self.render_with(table, &[]))
     }
 
     /// The statement's text for `table`, with `more` placeholders filled as well.
@@ -168,29 +184,23 @@ impl Query {
             ),
             IdempotencyScope::None => (String::new(), String::new()),
         };
-        let mut replacements = vec![
-            ("{table}", qualified),
-            ("{table_name}", table_name),
-            ("{schema_prefix}", schema_prefix),
-            ("{pending_idx}", index("pending_idx")),
-            ("{pending_key_idx}", index("pending_key_idx")),
-            ("{published_idx}", index("published_idx")),
-            ("{dead_idx}", index("dead_idx")),
-            ("{topic_idx}", index("topic_idx")),
-            ("{columns}", columns),
-            ("{idempotency_key_unique}", idempotency_key_unique),
-            ("{extra_column_defs}", extra_column_defs),
-            ("{idempotency_constraint}", idempotency_constraint),
-            ("{on_conflict}", on_conflict(table)),
+        let mut values = vec![
+            ("table", qualified),
+            ("table_name", table_name),
+            ("schema_prefix", schema_prefix),
+            ("pending_idx", index("pending_idx")),
+            ("pending_key_idx", index("pending_key_idx")),
+            ("published_idx", index("published_idx")),
+            ("dead_idx", index("dead_idx")),
+            ("topic_idx", index("topic_idx")),
+            ("columns", columns),
+            ("idempotency_key_unique", idempotency_key_unique),
+            ("extra_column_defs", extra_column_defs),
+            ("idempotency_constraint", idempotency_constraint),
+            ("on_conflict", on_conflict(table)),
         ];
-        replacements.extend(more.iter().cloned());
-        // The values hold quoted identifiers, `?` and SQL keywords only, never a `{`, so no
-        // replacement feeds another.
-        replacements
-            .iter()
-            .fold(self.template().to_owned(), |sql, (placeholder, value)| {
-                sql.replace(placeholder, value)
-            })
+        values.extend(more.iter().cloned());
+        render(self.template(), &values)
     }
 }
 
@@ -220,47 +230,53 @@ fn insert_columns(extra: &[&str]) -> String {
 /// it holds `min_keys` keys that fill the batch; integers from a validated relay configuration,
 /// rendered as literals. Each `{ready:ALIAS}` becomes the readiness test of `event_ready.sql` for
 /// that alias.
-pub(crate) fn event_lease(table: &OutboxTable, limit: i64, per_key: i64, min_keys: i64) -> String {
+pub(crate) fn event_lease(
+    table: &OutboxTable,
+    limit: i64,
+    per_key: i64,
+    min_keys: i64,
+) -> Arc<str> {
     let limit = limit.max(1);
     let run_limit = (per_key.max(1) - 1).min(limit - 1).max(0);
     let min_keys = min_keys.clamp(1, limit);
     // A key counts towards filling the batch with up to its share of it, and never more than its
     // run may take.
     let fill_cap = ((limit + min_keys - 1) / min_keys).min(run_limit + 1);
-    let ready: String = EVENT_READY
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut more = vec![
-        ("{limit}", limit.to_string()),
-        ("{run_limit}", run_limit.to_string()),
-        ("{min_keys}", min_keys.to_string()),
-        ("{fill_cap}", fill_cap.to_string()),
-    ];
-    let aliases = [("{ready:o}", "o"), ("{ready:e}", "e"), ("{ready:u}", "u")];
-    for (placeholder, alias) in aliases {
-        more.push((placeholder, ready.replace("{a}", alias)));
-    }
-    Query::EventLease.render_with(table, &more)
+    let shape = format!("lease {limit} {run_limit} {min_keys}");
+    cached(table, shape, || {
+        let mut more = vec![
+            ("limit", limit.to_string()),
+            ("run_limit", run_limit.to_string()),
+            ("min_keys", min_keys.to_string()),
+            ("fill_cap", fill_cap.to_string()),
+        ];
+        for (name, alias) in [("ready:o", "o"), ("ready:e", "e"), ("ready:u", "u")] {
+            let ready = render(EVENT_READY, &[("a", alias)]);
+            more.push((name, ready.trim_end().to_owned()));
+        }
+        Query::EventLease.render_with(table, &more)
+    })
 }
 
 /// The single-row insert of a message setting the `extra` columns (in the table's order).
-pub(crate) fn event_insert(table: &OutboxTable, extra: &[&str]) -> String {
-    let values: Vec<String> = (1..=INSERT_COLUMNS.len() + extra.len())
-        .map(|i| format!("?{i}"))
-        .collect();
-    Query::EventInsert.render_with(
-        table,
-        &[
-            ("{insert_columns}", insert_columns(extra)),
-            ("{insert_values}", values.join(", ")),
-        ],
-    )
+pub(crate) fn event_insert(table: &OutboxTable, extra: &[&str]) -> Arc<str> {
+    cached(table, format!("insert {extra:?}"), || {
+        let values: Vec<String> = (1..=INSERT_COLUMNS.len() + extra.len())
+            .map(|i| format!("?{i}"))
+            .collect();
+        Query::EventInsert.render_with(
+            table,
+            &[
+                ("insert_columns", insert_columns(extra)),
+                ("insert_values", values.join(", ")),
+            ],
+        )
+    })
 }
 
 /// The insert of `rows` messages setting the `extra` columns, in one statement; `rows` is at most
-/// [`rows_per_insert`].
+/// [`rows_per_insert`]. Not cached: one text per row count would keep thousands of long
+/// statements.
 pub(crate) fn event_insert_many(table: &OutboxTable, extra: &[&str], rows: usize) -> String {
     let row = format!(
         "({})",
@@ -269,8 +285,8 @@ pub(crate) fn event_insert_many(table: &OutboxTable, extra: &[&str], rows: usize
     Query::EventInsertMany.render_with(
         table,
         &[
-            ("{insert_columns}", insert_columns(extra)),
-            ("{insert_rows}", vec![row; rows].join(",\n       ")),
+            ("insert_columns", insert_columns(extra)),
+            ("insert_rows", vec![row; rows].join(",\n       ")),
         ],
     )
 }
@@ -278,30 +294,31 @@ pub(crate) fn event_insert_many(table: &OutboxTable, extra: &[&str], rows: usize
 /// The journal page statement: newest first below a cursor sequence (`ascending = false`) or
 /// oldest first above it (`ascending = true`). Only the comparison and the sort direction
 /// differ; every filter value is a parameter.
-pub(crate) fn event_list(table: &OutboxTable, ascending: bool) -> String {
+pub(crate) fn event_list(table: &OutboxTable, ascending: bool) -> Arc<str> {
     let (keyset, order) = if ascending {
         (">", "ASC")
     } else {
         ("<", "DESC")
     };
-    Query::EventList.render_with(
-        table,
-        &[
-            ("{keyset}", keyset.to_owned()),
-            ("{order}", order.to_owned()),
-        ],
-    )
+    cached(table, format!("list {order}"), || {
+        Query::EventList.render_with(
+            table,
+            &[("keyset", keyset.to_owned()), ("order", order.to_owned())],
+        )
+    })
 }
 
 /// A mark statement that also writes the result column `column` (the relay's
 /// `result_column`): [`Query::EventMarkDeliveredResult`] or [`Query::EventMarkFailedResult`].
-pub(crate) fn with_result_column(query: Query, table: &OutboxTable, column: &str) -> String {
-    query.render_with(table, &[("{result_column}", quote_ident(column))])
+pub(crate) fn with_result_column(query: Query, table: &OutboxTable, column: &str) -> Arc<str> {
+    cached(table, format!("{query:?} {column}"), || {
+        query.render_with(table, &[("result_column", quote_ident(column))])
+    })
 }
 
 /// The `ALTER TABLE … ADD COLUMN` of an extra column missing from an existing table.
 pub(crate) fn add_column(table: &OutboxTable, column: &ExtraColumn) -> String {
-    Query::AddColumn.render_with(table, &[("{column_def}", column_def(column, true))])
+    Query::AddColumn.render_with(table, &[("column_def", column_def(column, true))])
 }
 
 /// The SQLite type of a portable column type.
@@ -400,10 +417,10 @@ mod tests {
             .with_tenant_column("tenant")
             .expect("tenant column");
         let tenant = table.column("tenant").expect("declared").clone();
-        let mut rendered = vec![
+        let mut rendered: Vec<Arc<str>> = vec![
             event_insert(&table, &["tenant"]),
-            event_insert_many(&table, &["tenant"], 3),
-            add_column(&table, &tenant),
+            event_insert_many(&table, &["tenant"], 3).into(),
+            add_column(&table, &tenant).into(),
             event_list(&table, false),
             event_list(&table, true),
             with_result_column(Query::EventMarkDeliveredResult, &table, "tenant"),
@@ -414,7 +431,6 @@ mod tests {
             Query::EventGet,
             Query::EventGetByIdempotencyKeys,
             Query::EventLeaseExtend,
-            Query::EventDeadLetterUnreadable,
             Query::EventMarkDelivered,
             Query::EventMarkFailed,
             Query::EventRetryDeadLettered,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hare_outbox_core::{Backend, Outbox, OutboxMessage, OutboxTable, RelayConfig};
+use hare_outbox_core::{Outbox, OutboxMessage, OutboxTable, RelayConfig};
 use hare_outbox_sqlite::SqliteBackend;
 use hare_outbox_taskiq::{TASKIQ_TOPIC, TaskiqDelivery, TaskiqTask};
 use hare_outbox_testkit::sqlite::TestDb;
@@ -298,14 +298,7 @@ async fn exercise(delivery: TaskiqDelivery, env: &[(&str, String)]) {
 
     let get = |id: Uuid| {
         let outbox = outbox.clone();
-        async move {
-            outbox
-                .backend()
-                .event_get(outbox.table(), id)
-                .await
-                .unwrap()
-                .unwrap()
-        }
+        async move { outbox.get(id).await.unwrap().unwrap() }
     };
     let deadline = Instant::now() + WAIT;
     while get(task.id).await.published_at.is_none() || executed(&out).is_empty() {

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hare_outbox_core::{
-    Backend, ColumnType, DeliveryError, Error, ExtraColumn, Outbox, OutboxEvent, OutboxMessage,
-    OutboxRelay, OutboxTable, RelayConfig,
+    ColumnType, DeliveryError, Error, ExtraColumn, Outbox, OutboxEvent, OutboxMessage, OutboxRelay,
+    OutboxTable, RelayConfig,
 };
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_sqlite::SqliteBackend;
@@ -109,7 +109,7 @@ impl Scenario {
 
     /// Runs one poll and checks every row's record; then allows the refused URL and polls until
     /// that event is delivered.
-    async fn check<B: Backend>(self, outbox: Outbox<B>) {
+    async fn check<B: hare_outbox_core::backend::Backend>(self, outbox: Outbox<B>) {
         let relay = OutboxRelay::new(outbox.clone(), self.delivery.clone(), config()).unwrap();
         let outcome = relay.poll_once().await.unwrap();
         assert_eq!(outcome.leased, 5);
@@ -118,14 +118,7 @@ impl Scenario {
 
         let get = |id: Uuid| {
             let outbox = outbox.clone();
-            async move {
-                outbox
-                    .backend()
-                    .event_get(outbox.table(), id)
-                    .await
-                    .unwrap()
-                    .unwrap()
-            }
+            async move { outbox.get(id).await.unwrap().unwrap() }
         };
         let ok = get(self.ok).await;
         assert!(ok.published_at.is_some());
@@ -293,12 +286,7 @@ async fn without_a_result_column_nothing_is_written() {
     )
     .unwrap();
     assert_eq!(relay.poll_once().await.unwrap().delivered, 1);
-    let stored = outbox
-        .backend()
-        .event_get(outbox.table(), event.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = outbox.get(event.id).await.unwrap().unwrap();
     assert!(stored.published_at.is_some());
     assert_eq!(stored.extra["webhook_result"], Value::Null);
 }
@@ -333,14 +321,7 @@ async fn records_pass_through_a_topic_router() {
     assert_eq!((outcome.delivered, outcome.failed), (1, 1));
     let get = |id: Uuid| {
         let outbox = outbox.clone();
-        async move {
-            outbox
-                .backend()
-                .event_get(outbox.table(), id)
-                .await
-                .unwrap()
-                .unwrap()
-        }
+        async move { outbox.get(id).await.unwrap().unwrap() }
     };
     assert_eq!(
         get(routed.id).await.extra["webhook_result"],

@@ -61,58 +61,94 @@
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 //! | `taskiq` | [`taskiq::TaskiqDelivery`]: task events executed by Python taskiq workers (Redis list broker; RabbitMQ too with `rabbitmq`) |
 
-pub use hare_outbox_core::*;
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The user API, item by item (the backend seam is in `backend`, not here).
+pub use hare_outbox_core::{
+    Backlog, CONCURRENCY_RANGE, CancellationToken, CaptureStatus, ChangeCapture, ChangePayload,
+    CleanupOutcome, ColumnType, Delivery, DeliveryError, DeliveryReport, EVENT_ID_HEADER, Error,
+    EventPage, EventQuery, EventStatus, ExtraColumn, ExtraValue, FinishedState, FnDelivery,
+    IdempotencyScope, InProcessWakeup, Inbox, Journal, JsonLinesDelivery, MAX_KEY_CHARS,
+    MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, Outbox, OutboxEvent, OutboxMessage,
+    OutboxRelay, OutboxTable, OutboxTransaction, PollOutcome, RelayConfig, RelayEvent,
+    RelayObserver, RelayStats, Result, RowOperation, StoredRow, TOPIC_HEADER, TopicFilter,
+    TopicPattern, TopicRouter, Wakeup, WakeupSubscription,
+};
+pub use hare_outbox_core::{
+    BoxError, capture, delivery, error, event, extra, inbox, journal, json, message, redact, relay,
+    table, topic, wakeup,
+};
+
+/// The seam between the core and the database backends: the [`backend::Backend`] trait and its
+/// abilities ([`backend::JournalBackend`], [`backend::CaptureBackend`],
+/// [`backend::InboxBackend`]), their parameters and the SQL template renderer.
+///
+/// **Not for users, no stability promise**: it may change in any release. Name the traits only
+/// as bounds of code generic over backends (`fn f<B: JournalBackend>(journal: &Journal<B>)`);
+/// implement them only inside this workspace (see `docs/architecture.md`).
+pub mod backend {
+    pub use hare_outbox_core::backend::*;
+}
 
 /// The PostgreSQL backend.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
     pub use hare_outbox_postgres::*;
 }
 
 /// The SQLite backend.
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
     pub use hare_outbox_sqlite::*;
 }
 
 /// Redis Streams delivery and Redis pub/sub wake-up.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis {
     pub use hare_outbox_redis::*;
 }
 
 /// NATS JetStream delivery and NATS wake-up.
 #[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats {
     pub use hare_outbox_nats::*;
 }
 
 /// RabbitMQ delivery with publisher confirms and the fanout wake-up.
 #[cfg(feature = "rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
 pub mod rabbitmq {
     pub use hare_outbox_rabbitmq::*;
 }
 
 /// MQTT delivery (QoS 1, acknowledged).
 #[cfg(feature = "mqtt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mqtt")))]
 pub mod mqtt {
     pub use hare_outbox_mqtt::*;
 }
 
 /// Kafka delivery (idempotent producer, acks=all) and the signal-topic wake-up.
 #[cfg(feature = "kafka")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub mod kafka {
     pub use hare_outbox_kafka::*;
 }
 
 /// taskiq task delivery: task events for Python taskiq workers.
 #[cfg(feature = "taskiq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "taskiq")))]
 pub mod taskiq {
     pub use hare_outbox_taskiq::*;
 }
 
 /// The HTTP webhook delivery.
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub mod webhook {
     pub use hare_outbox_webhook::*;
 }

@@ -162,7 +162,8 @@ async fn main() -> Result<()> {
     ensure!(
         cli.batches
             .iter()
-            .all(|b| hare_outbox::relay::BATCH_SIZE_RANGE.contains(b)),
+            .all(|&b| u32::try_from(b)
+                .is_ok_and(|b| hare_outbox::relay::BATCH_SIZE_RANGE.contains(&b))),
         "--batches {:?}: every batch size must be within {:?}",
         cli.batches,
         hare_outbox::relay::BATCH_SIZE_RANGE
@@ -721,7 +722,7 @@ async fn drain(
     let relay = OutboxRelay::new(
         outbox.clone(),
         delivery,
-        RelayConfig::default().with_batch_size(batch),
+        RelayConfig::default().with_batch_size(u32::try_from(batch)?),
     )?;
     let start = Instant::now();
     let mut done = 0u64;

@@ -33,10 +33,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use chrono::Utc;
 use clap::{Parser, ValueEnum};
+use hare_outbox::backend::JournalBackend;
 use hare_outbox::journal::{Cursor, EventQuery, Journal, TimelineParams};
 use hare_outbox::postgres::PgBackend;
 use hare_outbox::sqlite::SqliteBackend;
-use hare_outbox::{Backend, EventStatus, Outbox, OutboxMessage, OutboxTable};
+use hare_outbox::{EventStatus, Outbox, OutboxMessage, OutboxTable};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::SqlitePool;
 
@@ -108,7 +109,7 @@ where
 }
 
 /// What one backend needs beyond the journal: the OFFSET baseline.
-trait Baseline: Backend {
+trait Baseline: JournalBackend {
     fn offset_page(&self, limit: i64, offset: i64) -> impl Future<Output = Result<usize>> + Send;
 }
 

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::topic::TopicFilter;
 
 /// Smallest and largest batch size.
-pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=10_000;
+pub const BATCH_SIZE_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 
 /// Shortest poll interval: 10 ms. Shorter intervals spin on an empty table for no gain (a
 /// wake-up ends the wait anyway).
@@ -30,7 +30,7 @@ pub struct RelayConfig {
     /// anything polls again at once. At least 10 ms ([`MIN_POLL_INTERVAL`]). Defaults to 5 s.
     pub poll_interval: Duration,
     /// Most events leased per poll. 1 to 10000. Defaults to 100.
-    pub batch_size: usize,
+    pub batch_size: u32,
     /// Most events of one ordering key in one batch: the key's head and the ordered run of its
     /// next events. A run is
     /// delivered in order — one after the other by a delivery that sends event by event, as one
@@ -38,7 +38,7 @@ pub struct RelayConfig {
     /// ([`Delivery::keeps_key_order`](crate::Delivery::keeps_key_order)) — and the first failure
     /// releases the rest of its run without counting an attempt. 1 to 10000; 1 gives hare's
     /// one event per key per batch. Defaults to 100.
-    pub max_events_per_key: usize,
+    pub max_events_per_key: u32,
     /// Attempts before an event is dead-lettered. At least 1. Defaults to 5.
     pub max_delivery_attempts: i32,
     /// First retry delay; doubled each attempt. Defaults to 1 s.
@@ -62,8 +62,9 @@ pub struct RelayConfig {
     pub topics: Option<Vec<String>>,
     /// Topics left to other relays, same patterns as `topics`. Defaults to none.
     pub exclude_topics: Vec<String>,
-    /// Rows deleted per statement by the clean-ups. 1 to 100000. Defaults to 1000.
-    pub cleanup_batch_size: usize,
+    /// Rows deleted per statement by the clean-ups run through the relay's journal
+    /// ([`OutboxRelay::journal`](super::OutboxRelay::journal)). 1 to 100000. Defaults to 1000.
+    pub cleanup_batch_size: u32,
     /// How often the running relay refreshes its backlog gauges (`hare_outbox_backlog_*`); zero
     /// turns the refresh off. Defaults to 15 s.
     pub backlog_interval: Duration,
@@ -109,9 +110,9 @@ impl RelayConfig {
         /// Sets [`RelayConfig::poll_interval`].
         with_poll_interval: poll_interval: Duration,
         /// Sets [`RelayConfig::batch_size`].
-        with_batch_size: batch_size: usize,
+        with_batch_size: batch_size: u32,
         /// Sets [`RelayConfig::max_events_per_key`].
-        with_max_events_per_key: max_events_per_key: usize,
+        with_max_events_per_key: max_events_per_key: u32,
         /// Sets [`RelayConfig::max_delivery_attempts`].
         with_max_delivery_attempts: max_delivery_attempts: i32,
         /// Sets [`RelayConfig::retry_base`].
@@ -125,7 +126,7 @@ impl RelayConfig {
         /// Sets [`RelayConfig::concurrency`].
         with_concurrency: concurrency: usize,
         /// Sets [`RelayConfig::cleanup_batch_size`].
-        with_cleanup_batch_size: cleanup_batch_size: usize,
+        with_cleanup_batch_size: cleanup_batch_size: u32,
         /// Sets [`RelayConfig::backlog_interval`].
         with_backlog_interval: backlog_interval: Duration,
     }

@@ -20,17 +20,17 @@ pub use observe::{RelayEvent, RelayObserver, RelayStats};
 pub use retry::{random_jitter, retry_delay};
 
 use crate::backend::{
-    Backend, Backlog, BacklogParams, EventDeleteFinishedParams, EventFailure,
-    EventLeaseExtendParams, EventLeaseParams, EventMarkDeliveredParams, EventMarkFailedParams,
-    EventReleaseParams, EventRetryDeadLetteredParams, FinishedState,
+    Backend, Backlog, BacklogParams, EventFailure, EventLeaseExtendParams, EventLeaseParams,
+    EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams, JournalBackend,
+    UnreadableRow,
 };
 use crate::delivery::{Delivery, DeliveryReport, deliver_in_key_order};
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
+use crate::journal::Journal;
 use crate::outbox::Outbox;
 use crate::topic::TopicFilter;
 use crate::wakeup::WakeupSubscription;
-use uuid::Uuid;
 
 /// What one poll did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -178,61 +178,6 @@ impl<B: Backend> OutboxRelay<B> {
         self.inner.stats.snapshot()
     }
 
-    /// Returns dead-lettered events of this relay's topics to the queue with their attempts reset
-    /// to 0; returns how many. `topics` (patterns as in [`RelayConfig::topics`]) and `ids` narrow
-    /// the selection; an empty slice does not narrow. A retried event releases the later events
-    /// of its ordering key once it is delivered.
-    ///
-    /// # Errors
-    /// [`Error::Configuration`] for a malformed pattern; [`Error::Database`] when the update fails.
-    pub async fn retry_dead_lettered(&self, topics: &[&str], ids: &[Uuid]) -> Result<u64> {
-        let filter = self.inner.narrowed(topics)?;
-        let ids = (!ids.is_empty()).then(|| ids.to_vec());
-        let outbox = &self.inner.outbox;
-        let retried = outbox
-            .backend()
-            .event_retry_dead_lettered(
-                outbox.table(),
-                &EventRetryDeadLetteredParams::new(filter, ids),
-            )
-            .await?;
-        tracing::info!(relay = %self.name(), retried, "dead letters returned to the queue");
-        Ok(retried)
-    }
-
-    /// Deletes events of this relay's topics published more than `older_than` ago, in batches of
-    /// [`RelayConfig::cleanup_batch_size`] rows, each its own short statement, so no lock is held
-    /// for long; returns how many. The relay never runs it by itself.
-    ///
-    /// # Errors
-    /// [`Error::Database`] when a delete fails (the batches before it stay deleted).
-    pub async fn cleanup_published(&self, older_than: Duration) -> Result<u64> {
-        self.inner
-            .cleanup(FinishedState::Published, older_than)
-            .await
-    }
-
-    /// Deletes dead-lettered events of this relay's topics dead for more than `older_than`, in
-    /// batches like [`cleanup_published`](Self::cleanup_published); returns how many. Deleting a
-    /// dead letter releases the later events of its ordering key.
-    ///
-    /// # Errors
-    /// [`Error::Database`] when a delete fails (the batches before it stay deleted).
-    pub async fn cleanup_dead_lettered(&self, older_than: Duration) -> Result<u64> {
-        self.inner
-            .cleanup(FinishedState::DeadLettered, older_than)
-            .await
-    }
-
-    /// Counts the queue of this relay's topics: pending events, the age of the oldest in seconds,
-    /// dead letters. Also sets the `hare_outbox_backlog_*` gauges.
-    ///
-    /// # Errors
-    /// [`Error::Database`] when the query fails.
-    pub async fn backlog(&self) -> Result<Backlog> {
-        self.inner.backlog().await
-    }
-
     /// Runs one poll: lease, deliver, mark. Returns what it did.
     ///
     /// # Errors
@@ -297,6 +242,18 @@ impl<B: Backend> OutboxRelay<B> {
     }
 }
 
+impl<B: JournalBackend> OutboxRelay<B> {
+    /// The journal of this relay's outbox table, scoped to the relay's topics
+    /// ([`RelayConfig::topics`]): the operator's API for its backlog, dead letters and
+    /// clean-ups ([`Journal::backlog`], [`Journal::retry_dead_lettered`], [`Journal::cleanup`]
+    /// with [`RelayConfig::cleanup_batch_size`]).
+    pub fn journal(&self) -> Journal<B> {
+        let outbox = &self.inner.outbox;
+        Journal::new(outbox.backend().clone(), outbox.table().clone())
+            .with_scope(self.inner.topics.clone())
+    }
+}
+
 impl Counters {
     fn snapshot(&self) -> RelayStats {
         RelayStats {
@@ -313,29 +270,6 @@ impl Counters {
 const MARK_TRIES: u32 = 3;
 
 impl<B: Backend> Inner<B> {
-    fn narrowed(&self, topics: &[&str]) -> Result<TopicFilter> {
-        if topics.is_empty() {
-            return Ok(self.topics.clone());
-        }
-        Ok(self
-            .topics
-            .and(&TopicFilter::new(Some(topics), Vec::<&str>::new())?))
-    }
-
-    async fn cleanup(&self, state: FinishedState, older_than: Duration) -> Result<u64> {
-        let before = Utc::now() - chrono_duration(older_than);
-        let limit = self.config.cleanup_batch_size as i64;
-        let params = EventDeleteFinishedParams::new(state, before, self.topics.clone(), limit);
-        let outcome = crate::journal::delete_in_batches(
-            self.outbox.backend(),
-            self.outbox.table(),
-            &params,
-            &|_| std::ops::ControlFlow::Continue(()),
-        )
-        .await?;
-        Ok(outcome.deleted)
-    }
-
     async fn backlog(&self) -> Result<Backlog> {
         let params = BacklogParams::new(self.topics.clone(), Utc::now());
         let backlog = self
@@ -537,7 +471,12 @@ impl<B: Backend> Inner<B> {
         if let Some(next) = leased.key_cursor {
             *self.key_cursor.lock().unwrap_or_else(|p| p.into_inner()) = next;
         }
-        let events = leased.events;
+        let events = if leased.unreadable.is_empty() {
+            leased.events
+        } else {
+            self.dead_letter_unreadable(leased.unreadable, leased.events)
+                .await?
+        };
         if events.is_empty() {
             return Ok(if leased.contended {
                 Leased::Contended
@@ -554,6 +493,60 @@ impl<B: Backend> Inner<B> {
         metrics::histogram!("hare_outbox_batch_delivery_seconds", "table" => table.to_string())
             .record(started.elapsed().as_secs_f64());
         Ok(Leased::Batch(DeliveredBatch { events, reports }))
+    }
+
+    /// Dead-letters leased rows that cannot be read as events, with their reason as
+    /// `last_error` and their attempts as they were, and releases the events of their ordering
+    /// keys behind them (the key stays held back by its dead head, as after any dead letter).
+    /// Such a row would otherwise fail every lease and stop the relay; now it holds back only
+    /// its own key. Returns the events still to deliver.
+    async fn dead_letter_unreadable(
+        &self,
+        unreadable: Vec<UnreadableRow>,
+        events: Vec<OutboxEvent>,
+    ) -> Result<Vec<OutboxEvent>> {
+        let backend = self.outbox.backend();
+        let table = self.outbox.table();
+        let mut first_blocked: std::collections::HashMap<&str, i64> =
+            std::collections::HashMap::new();
+        for row in &unreadable {
+            if let Some(key) = row.ordering_key.as_deref() {
+                let first = first_blocked.entry(key).or_insert(row.sequence);
+                *first = (*first).min(row.sequence);
+            }
+        }
+        let (events, behind): (Vec<OutboxEvent>, Vec<OutboxEvent>) =
+            events.into_iter().partition(|e| {
+                e.ordering_key
+                    .as_deref()
+                    .and_then(|k| first_blocked.get(k))
+                    .is_none_or(|&first| e.sequence < first)
+            });
+        for row in &unreadable {
+            tracing::warn!(relay = %self.config.name, %table, sequence = row.sequence, reason = %row.reason, "a stored event cannot be read; dead-lettered");
+        }
+        let failures = unreadable
+            .iter()
+            .map(|row| EventFailure::dead(row.sequence, row.attempts, row.reason.clone()))
+            .collect();
+        let params = EventMarkFailedParams::new(failures, self.config.name.clone());
+        let dead = self
+            .with_retries("dead-lettering unreadable events", || {
+                backend.event_mark_failed(table, &params)
+            })
+            .await?;
+        self.stats.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+        if !behind.is_empty() {
+            let release = EventReleaseParams::new(
+                behind.iter().map(|e| e.sequence).collect(),
+                self.config.name.clone(),
+            );
+            self.with_retries("releasing events behind unreadable ones", || {
+                backend.event_lease_release(table, &release)
+            })
+            .await?;
+        }
+        Ok(events)
     }
 
     /// Writes the marks of a delivered batch (delivered, failed, released), then counts and

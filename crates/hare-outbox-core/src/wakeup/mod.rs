@@ -49,12 +49,13 @@ pub trait Wakeup: Send + Sync + 'static {
         None
     }
 
-    /// Refuses a backend this wake-up cannot signal on (e.g. LISTEN/NOTIFY on SQLite), before
+    /// Refuses a backend this wake-up cannot signal on (e.g. LISTEN/NOTIFY on SQLite, which
+    /// lacks [`Capabilities::notify_in_transaction`](crate::backend::Capabilities)), before
     /// anything is written. Defaults to accepting every backend.
     ///
     /// # Errors
     /// [`Error::Configuration`](crate::Error::Configuration) naming the backend.
-    fn check_supported(&self, backend: &str) -> Result<()> {
+    fn check_supported(&self, backend: &crate::backend::Capabilities) -> Result<()> {
         let _ = backend;
         Ok(())
     }

@@ -4,8 +4,9 @@
 
 use std::net::SocketAddr;
 
+use hare_outbox_core::backend::{Backend, JournalBackend};
 use hare_outbox_core::{
-    Backend, DeliveryError, FnDelivery, Journal, Outbox, OutboxMessage, OutboxRelay, OutboxTable,
+    DeliveryError, FnDelivery, Journal, Outbox, OutboxMessage, OutboxRelay, OutboxTable,
     RelayConfig,
 };
 use hare_outbox_dashboard::{Dashboard, DashboardOptions};
@@ -52,7 +53,7 @@ impl Drop for Served {
 }
 
 /// Serves the dashboard of `outbox`'s table with `options` on 127.0.0.1, any free port.
-pub async fn serve<B: Backend>(outbox: &Outbox<B>, options: DashboardOptions) -> Served {
+pub async fn serve<B: JournalBackend>(outbox: &Outbox<B>, options: DashboardOptions) -> Served {
     let journal = Journal::new(outbox.backend().clone(), outbox.table().clone());
     let dashboard = Dashboard::new(journal, options).unwrap();
     let listener = dashboard

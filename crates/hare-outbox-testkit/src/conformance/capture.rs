@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use hare_outbox_core::capture::{CaptureDrift, ChangeCapture, ChangePayload, RowOperation};
 use hare_outbox_core::journal::{EventQuery, Journal};
 use hare_outbox_core::{
-    Backend, Error, FnDelivery, Outbox, OutboxEvent, OutboxRelay, OutboxTable, RelayConfig,
+    Backend, Error, FnDelivery, JournalBackend, Outbox, OutboxEvent, OutboxRelay, OutboxTable,
+    RelayConfig,
 };
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -56,7 +57,7 @@ pub async fn capture_outbox<H: Harness>(h: &H, ddl: &str) -> Outbox<H::Backend> 
 ///
 /// # Panics
 /// When the read fails or an event's id is not a UUID v7 or its `occurred_at` not a UTC time.
-pub async fn events<B: Backend>(outbox: &Outbox<B>) -> Vec<Ev> {
+pub async fn events<B: JournalBackend>(outbox: &Outbox<B>) -> Vec<Ev> {
     let journal = Journal::new(outbox.backend().clone(), outbox.table().clone());
     let mut all: Vec<OutboxEvent> = Vec::new();
     let mut query = EventQuery::new().with_limit(500).unwrap();
@@ -98,7 +99,7 @@ pub async fn events<B: Backend>(outbox: &Outbox<B>) -> Vec<Ev> {
         .collect()
 }
 
-async fn payloads<B: Backend>(outbox: &Outbox<B>) -> Vec<Value> {
+async fn payloads<B: JournalBackend>(outbox: &Outbox<B>) -> Vec<Value> {
     events(outbox)
         .await
         .into_iter()
@@ -581,7 +582,7 @@ const ORDERS_DDL: &str =
     INSERT INTO orders (id, status) VALUES (1, 'new'), (2, 'new'), (3, 'paid')";
 
 /// (pk, changed, after) of every update event, in sequence order.
-async fn updates<B: Backend>(outbox: &Outbox<B>) -> Vec<(Value, Value, Value)> {
+async fn updates<B: JournalBackend>(outbox: &Outbox<B>) -> Vec<(Value, Value, Value)> {
     payloads(outbox)
         .await
         .into_iter()

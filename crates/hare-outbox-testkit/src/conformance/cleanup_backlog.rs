@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use hare_outbox_core::backend::{BacklogParams, EventDeleteFinishedParams, FinishedState};
-use hare_outbox_core::{Backend, FnDelivery, OutboxEvent, OutboxMessage, OutboxRelay, TopicFilter};
+use hare_outbox_core::{
+    Backend, FnDelivery, JournalBackend, OutboxEvent, OutboxMessage, OutboxRelay, TopicFilter,
+};
 use serde_json::json;
 
 use super::harness::{Cell, EventState, Harness, config, days_ago, event_in, now, outbox};
@@ -167,14 +169,8 @@ pub async fn cleanup_deletes_in_batches_without_blocking_writers<H: Harness>(h: 
         })
     };
     started_rx.await.expect("the writer wrote once");
-    let deleted = relay
-        .cleanup_published(Duration::from_secs(7 * 86400))
-        .await
-        .unwrap();
-    let dead = relay
-        .cleanup_dead_lettered(Duration::from_secs(30 * 86400))
-        .await
-        .unwrap();
+    let deleted = cleanup(&relay, FinishedState::Published, 7).await;
+    let dead = cleanup(&relay, FinishedState::DeadLettered, 30).await;
     stop.store(true, Ordering::Relaxed);
     let (worst, writes) = writer.await.expect("writer completes");
     assert_eq!(deleted, 10_000, "only the relay's topics");
@@ -193,20 +189,8 @@ pub async fn cleanup_deletes_in_batches_without_blocking_writers<H: Harness>(h: 
         )
         .await;
     assert_eq!(written, writes, "every write is kept");
-    assert_eq!(
-        relay
-            .cleanup_published(Duration::from_secs(7 * 86400))
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(
-        relay
-            .cleanup_dead_lettered(Duration::from_secs(30 * 86400))
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(cleanup(&relay, FinishedState::Published, 7).await, 0);
+    assert_eq!(cleanup(&relay, FinishedState::DeadLettered, 30).await, 0);
     assert_eq!(
         h.scalar("SELECT count(*) FROM outbox").await,
         10_000 + 2 + writes
@@ -223,7 +207,7 @@ pub async fn backlog_reports_pending_oldest_age_and_dead_letters<H: Harness>(h: 
         config("relay").with_topics(["t"]),
     )
     .unwrap();
-    let empty = relay.backlog().await.unwrap();
+    let empty = relay.journal().backlog(&[]).await.unwrap();
     assert_eq!(
         (
             empty.pending,
@@ -249,7 +233,7 @@ pub async fn backlog_reports_pending_oldest_age_and_dead_letters<H: Harness>(h: 
     ] {
         event_in(h, &outbox, topic, &states).await;
     }
-    let backlog = relay.backlog().await.unwrap();
+    let backlog = relay.journal().backlog(&[]).await.unwrap();
     assert_eq!(backlog.pending, 2);
     assert_eq!(backlog.dead_lettered, 2);
     assert!(
@@ -278,4 +262,25 @@ pub async fn backlog_reports_pending_oldest_age_and_dead_letters<H: Harness>(h: 
         .await
         .unwrap();
     assert_eq!(before.oldest_pending_age_seconds, 0.0);
+}
+
+/// Deletes what `relay`'s journal holds of `state` finished more than `days` ago, in the relay's
+/// clean-up batches; returns how many rows went.
+async fn cleanup<B: JournalBackend>(
+    relay: &OutboxRelay<B>,
+    state: FinishedState,
+    days: u64,
+) -> u64 {
+    relay
+        .journal()
+        .cleanup(
+            state,
+            Duration::from_secs(days * 86400),
+            &[],
+            relay.config().cleanup_batch_size,
+            &|_| std::ops::ControlFlow::Continue(()),
+        )
+        .await
+        .unwrap()
+        .deleted
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use hare_outbox_core::backend::EventRetryDeadLetteredParams;
 use hare_outbox_core::{
-    Backend, DeliveryError, FnDelivery, OutboxEvent, OutboxMessage, OutboxRelay, TopicFilter,
+    DeliveryError, FnDelivery, JournalBackend, OutboxEvent, OutboxMessage, OutboxRelay, TopicFilter,
 };
 use serde_json::json;
 
@@ -64,22 +64,28 @@ pub async fn retrying_a_dead_letter_releases_its_key<H: Harness>(h: &H) {
         0,
         "the dead letter holds back its key"
     );
-    let backlog = failing.backlog().await.unwrap();
+    let backlog = failing.journal().backlog(&[]).await.unwrap();
     assert_eq!((backlog.pending, backlog.dead_lettered), (1, 1));
 
     assert_eq!(
         failing
+            .journal()
             .retry_dead_lettered(&["billing.*"], &[])
             .await
             .unwrap(),
         0
     );
     assert_eq!(
-        failing.retry_dead_lettered(&[], &[next.id]).await.unwrap(),
+        failing
+            .journal()
+            .retry_dead_lettered(&[], &[next.id])
+            .await
+            .unwrap(),
         0
     );
     assert!(
         failing
+            .journal()
             .retry_dead_lettered(&["bad*pattern"], &[])
             .await
             .is_err()
@@ -92,6 +98,7 @@ pub async fn retrying_a_dead_letter_releases_its_key<H: Harness>(h: &H) {
     .unwrap();
     assert_eq!(
         elsewhere
+            .journal()
             .retry_dead_lettered(&[], &[poison.id])
             .await
             .unwrap(),
@@ -102,6 +109,7 @@ pub async fn retrying_a_dead_letter_releases_its_key<H: Harness>(h: &H) {
     let fixed = OutboxRelay::new(outbox.clone(), recording(&seen, ""), config("fixed")).unwrap();
     assert_eq!(
         fixed
+            .journal()
             .retry_dead_lettered(&["poison"], &[poison.id])
             .await
             .unwrap(),
@@ -122,7 +130,7 @@ pub async fn retrying_a_dead_letter_releases_its_key<H: Harness>(h: &H) {
         Some("refused"),
         "the last error is kept for the record"
     );
-    let backlog = fixed.backlog().await.unwrap();
+    let backlog = fixed.journal().backlog(&[]).await.unwrap();
     assert_eq!((backlog.pending, backlog.dead_lettered), (2, 0));
     assert_eq!(fixed.poll_once().await.unwrap().delivered, 2);
     assert_eq!(*seen.lock().unwrap(), ["poison", "ok"]);

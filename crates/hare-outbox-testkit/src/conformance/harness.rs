@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use hare_outbox_core::{
-    Backend, DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxMessage, OutboxTable,
-    RelayConfig,
+    Backend, CaptureBackend, DeliveryError, FnDelivery, InboxBackend, JournalBackend, Outbox,
+    OutboxEvent, OutboxMessage, OutboxTable, RelayConfig,
 };
 use serde_json::json;
 
@@ -39,7 +39,7 @@ pub enum Cell {
 /// Every method panics when the database refuses the call: a scenario fails by panicking.
 pub trait Harness: Sized + 'static {
     /// The backend under test.
-    type Backend: Backend;
+    type Backend: JournalBackend + CaptureBackend + InboxBackend;
     /// A pooled connection of the test database, dereferencing to the backend's connection type.
     type Pooled: DerefMut<Target = <Self::Backend as Backend>::Conn> + Send;
 

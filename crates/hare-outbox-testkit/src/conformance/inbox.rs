@@ -62,7 +62,6 @@ pub async fn a_duplicate_is_skipped_and_a_rollback_forgotten<H: Harness>(h: &H) 
     assert!(
         inbox
             .schema_sql()
-            .unwrap()
             .contains("PRIMARY KEY (consumer, event_id)")
     );
     assert_eq!(h.scalar("SELECT count(*) FROM hare_outbox_inbox").await, 1);

@@ -18,7 +18,7 @@ use hare_outbox_core::journal::{
     Cursor, EventQuery, Journal, ObjectRef, TimelineBucket, TimelineParams,
 };
 use hare_outbox_core::{
-    Backend, ColumnType, Error, EventStatus, ExtraColumn, ExtraValue, Outbox, OutboxEvent,
+    ColumnType, Error, EventStatus, ExtraColumn, ExtraValue, JournalBackend, Outbox, OutboxEvent,
     OutboxMessage, OutboxTable, TopicFilter,
 };
 use serde_json::{Value, json};
@@ -35,7 +35,7 @@ use super::{RowEditor, TimeColumn};
 ///
 /// # Panics
 /// When a read or a write fails or a page lists other events than expected.
-pub async fn every_filter_alone_and_combined<B: Backend>(
+pub async fn every_filter_alone_and_combined<B: JournalBackend>(
     outbox: &Outbox<B>,
     rows: &impl RowEditor,
 ) {
@@ -164,7 +164,7 @@ pub async fn every_filter_alone_and_combined<B: Backend>(
 ///
 /// # Panics
 /// When a call fails or a page lists other events than expected.
-pub async fn every_status_through_the_backend_calls<B: Backend>(
+pub async fn every_status_through_the_backend_calls<B: JournalBackend>(
     outbox: &Outbox<B>,
     rows: &impl RowEditor,
 ) {
@@ -285,7 +285,7 @@ pub async fn every_status_through_the_backend_calls<B: Backend>(
 /// # Panics
 /// When a read or a write fails, a page is longer than its limit, a walk does not end, or the
 /// events seen differ from those expected.
-pub async fn pages_walk_every_event_once_in_both_directions<B: Backend>(outbox: &Outbox<B>) {
+pub async fn pages_walk_every_event_once_in_both_directions<B: JournalBackend>(outbox: &Outbox<B>) {
     let journal = journal(outbox);
     let mut all = Vec::new();
     for n in 0..23 {
@@ -367,7 +367,7 @@ pub async fn pages_walk_every_event_once_in_both_directions<B: Backend>(outbox: 
 ///
 /// # Panics
 /// When a call fails or the listed event differs from the stored one.
-pub async fn extra_columns_are_decoded_as_event_get_does<B: Backend>(backend: B) {
+pub async fn extra_columns_are_decoded_as_event_get_does<B: JournalBackend>(backend: B) {
     let table = OutboxTable::parse("journal_extra")
         .unwrap()
         .with_column(ExtraColumn::new("tenant_id", ColumnType::BigInt).unwrap())
@@ -401,7 +401,9 @@ pub async fn extra_columns_are_decoded_as_event_get_does<B: Backend>(backend: B)
 ///
 /// # Panics
 /// When a read or a write fails or a hostile value matches an event.
-pub async fn hostile_filter_values_match_nothing_and_break_nothing<B: Backend>(outbox: &Outbox<B>) {
+pub async fn hostile_filter_values_match_nothing_and_break_nothing<B: JournalBackend>(
+    outbox: &Outbox<B>,
+) {
     let journal = journal(outbox);
     seed_hostile(outbox).await;
     let drop_table = format!("x'); DROP TABLE {}; --", outbox.table());
@@ -439,7 +441,7 @@ pub async fn hostile_filter_values_match_nothing_and_break_nothing<B: Backend>(o
 ///
 /// # Panics
 /// When a call fails or a bucket differs from the one expected.
-pub async fn timeline_counts_backlog_and_latency_on_known_times<B: Backend>(
+pub async fn timeline_counts_backlog_and_latency_on_known_times<B: JournalBackend>(
     outbox: &Outbox<B>,
     rows: &impl RowEditor,
 ) {
@@ -539,7 +541,7 @@ pub async fn timeline_counts_backlog_and_latency_on_known_times<B: Backend>(
 ///
 /// # Panics
 /// When an impossible grid is accepted or refused otherwise.
-pub async fn timeline_refuses_an_impossible_grid<B: Backend>(outbox: &Outbox<B>) {
+pub async fn timeline_refuses_an_impossible_grid<B: JournalBackend>(outbox: &Outbox<B>) {
     let journal = journal(outbox);
     let now = Utc::now();
     let mut params = TimelineParams::last(std::time::Duration::from_secs(1), 1, now).unwrap();
@@ -558,12 +560,12 @@ pub async fn timeline_refuses_an_impossible_grid<B: Backend>(outbox: &Outbox<B>)
     assert!(err.to_string().contains("5 µs"), "{err}");
 }
 
-fn journal<B: Backend>(outbox: &Outbox<B>) -> Journal<B> {
+fn journal<B: JournalBackend>(outbox: &Outbox<B>) -> Journal<B> {
     Journal::new(outbox.backend().clone(), outbox.table().clone())
 }
 
 /// Enqueues `message` in a transaction of the backend's own and commits it.
-async fn enqueue<B: Backend>(outbox: &Outbox<B>, message: OutboxMessage) -> OutboxEvent {
+async fn enqueue<B: JournalBackend>(outbox: &Outbox<B>, message: OutboxMessage) -> OutboxEvent {
     let backend = outbox.backend();
     let mut tx = backend.begin().await.expect("begin");
     let event = outbox.enqueue(&mut *tx, message).await.expect("enqueue");
@@ -572,7 +574,7 @@ async fn enqueue<B: Backend>(outbox: &Outbox<B>, message: OutboxMessage) -> Outb
 }
 
 /// The sequences of the page `query` lists.
-async fn sequences<B: Backend>(journal: &Journal<B>, query: &EventQuery) -> Vec<i64> {
+async fn sequences<B: JournalBackend>(journal: &Journal<B>, query: &EventQuery) -> Vec<i64> {
     journal
         .list(query)
         .await
@@ -584,7 +586,7 @@ async fn sequences<B: Backend>(journal: &Journal<B>, query: &EventQuery) -> Vec<
 }
 
 /// Enqueues an event of `topic` with `payload` and, when given, an `author` header.
-async fn put_event<B: Backend>(
+async fn put_event<B: JournalBackend>(
     outbox: &Outbox<B>,
     topic: &str,
     payload: Value,
@@ -598,7 +600,7 @@ async fn put_event<B: Backend>(
 }
 
 /// Like [`put_event`]; returns the event's sequence.
-async fn put<B: Backend>(
+async fn put<B: JournalBackend>(
     outbox: &Outbox<B>,
     topic: &str,
     payload: Value,
@@ -608,7 +610,7 @@ async fn put<B: Backend>(
 }
 
 /// Six events about captured objects (seed 000's journal), by several authors.
-async fn seed_journal<B: Backend>(outbox: &Outbox<B>) -> [OutboxEvent; 6] {
+async fn seed_journal<B: JournalBackend>(outbox: &Outbox<B>) -> [OutboxEvent; 6] {
     let admin = || Some(json!("Администратор"));
     [
         put_event(
@@ -650,7 +652,7 @@ async fn seed_journal<B: Backend>(outbox: &Outbox<B>) -> [OutboxEvent; 6] {
     ]
 }
 
-async fn seed_hostile<B: Backend>(outbox: &Outbox<B>) {
+async fn seed_hostile<B: JournalBackend>(outbox: &Outbox<B>) {
     put(
         outbox,
         "doc.updated",
@@ -669,7 +671,7 @@ async fn seed_hostile<B: Backend>(outbox: &Outbox<B>) {
 
 /// Walks every page of `query` with `EventPage::next_query`; returns the sequences in order and
 /// the number of pages.
-async fn walk<B: Backend>(journal: &Journal<B>, query: EventQuery) -> (Vec<i64>, usize) {
+async fn walk<B: JournalBackend>(journal: &Journal<B>, query: EventQuery) -> (Vec<i64>, usize) {
     let mut seen = Vec::new();
     let mut pages = 0;
     let mut next = Some(query);

@@ -226,8 +226,8 @@ pub async fn relays_on_disjoint_topics_share_one_table<H: Harness>(h: &H) {
         config("r2").with_exclude_topics(["library.*", "taskiq"]),
     )
     .unwrap();
-    assert_eq!(r1.backlog().await.unwrap().pending, 2);
-    assert_eq!(r2.backlog().await.unwrap().pending, 4);
+    assert_eq!(r1.journal().backlog(&[]).await.unwrap().pending, 2);
+    assert_eq!(r2.journal().backlog(&[]).await.unwrap().pending, 4);
     assert_eq!(r1.poll_once().await.unwrap().leased, 2);
     assert_eq!(r2.poll_once().await.unwrap().leased, 4);
     assert_eq!(sorted(&lib), ["library.loan.created", "taskiq"]);

@@ -16,8 +16,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hare_outbox_core::backend::EventLeaseParams;
 use hare_outbox_core::{
-    Backend, Delivery, DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxMessage, OutboxRelay,
-    RelayConfig,
+    Backend, Delivery, DeliveryError, FnDelivery, JournalBackend, Outbox, OutboxEvent,
+    OutboxMessage, OutboxRelay, RelayConfig,
 };
 use serde_json::json;
 
@@ -273,7 +273,9 @@ pub async fn one_event_per_key_when_runs_are_off<B: Backend>(outbox: &Outbox<B>)
 ///
 /// # Panics
 /// When an event after the failure is sent before the failed one succeeds, or counts an attempt.
-pub async fn a_failure_inside_a_run_releases_the_rest_unattempted<B: Backend>(outbox: &Outbox<B>) {
+pub async fn a_failure_inside_a_run_releases_the_rest_unattempted<B: JournalBackend>(
+    outbox: &Outbox<B>,
+) {
     put(outbox, Some("k"), 0, 10).await;
     let seen = Seen::default();
     let relay = OutboxRelay::new(outbox.clone(), recording(&seen, &[3]), fast()).unwrap();
@@ -392,7 +394,7 @@ pub async fn the_walk_over_keys_serves_every_key_in_turn<B: Backend>(outbox: &Ou
 ///
 /// # Panics
 /// When a held-back event is delivered or another key waits.
-pub async fn a_dead_head_holds_back_only_its_key<B: Backend>(outbox: &Outbox<B>) {
+pub async fn a_dead_head_holds_back_only_its_key<B: JournalBackend>(outbox: &Outbox<B>) {
     put(outbox, Some("stuck"), 0, 301).await;
     for key in 0..20 {
         put(outbox, Some(&format!("free-{key}")), 1000 + key * 10, 3).await;
@@ -419,7 +421,7 @@ pub async fn a_dead_head_holds_back_only_its_key<B: Backend>(outbox: &Outbox<B>)
         );
     }
     assert_eq!(of_key(&seen, None).len(), 5);
-    let backlog = relay.backlog().await.unwrap();
+    let backlog = relay.journal().backlog(&[]).await.unwrap();
     assert_eq!((backlog.pending, backlog.dead_lettered), (300, 1));
 }
 

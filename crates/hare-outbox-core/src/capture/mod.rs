@@ -32,7 +32,7 @@
 //! update instead.
 //!
 //! A trigger cannot call Rust, so what hare's `extend` adds comes from the database:
-//! [`Outbox::set_context`] stores headers for the current transaction, which every captured event
+//! [`Outbox::set_context`](crate::Outbox::set_context) stores headers for the current transaction, which every captured event
 //! of that transaction carries (the author shown in the journal's "who" column), and
 //! [`ChangeCapture::with_extra_from_row`] copies a row column (a tenant) into an outbox column.
 
@@ -42,10 +42,10 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::backend::{Backend, CaptureInstallParams, CaptureUninstallParams, ContextSetParams};
 use crate::error::{Error, Result};
 use crate::message::MAX_KEY_CHARS;
-use crate::outbox::Outbox;
+
+mod install;
 
 /// Columns of the outbox table that enqueue and the relay own; `extra_from_row` may not write
 /// them.
@@ -637,65 +637,6 @@ impl ChangeCapture {
         })
     }
 
-    /// Installs (or replaces) the capture: creates, in one transaction, the trigger that writes
-    /// an event per changed row of the table into `outbox`'s table. Idempotent: installing the
-    /// same declaration again changes nothing; a changed declaration replaces the installed one.
-    /// Run it after the outbox table exists ([`Outbox::migrate`]) and again after the table's
-    /// columns change ([`ChangeCapture::status`] reports the drift).
-    ///
-    /// # Errors
-    /// - [`Error::Configuration`] naming the value: anything [`validate`](Self::validate)
-    ///   refuses; a table that does not exist or has no primary key; a column in `fields`,
-    ///   `exclude` or `extra_from_row` that the table (or the outbox table) does not have;
-    ///   capturing the outbox table itself (or any table shaped like an outbox); on SQLite, a
-    ///   table in another database than the outbox. Nothing is installed.
-    /// - [`Error::Unsupported`] on a backend without triggers.
-    /// - [`Error::Database`] when the database refuses the DDL.
-    pub async fn install<B: Backend>(&self, outbox: &Outbox<B>) -> Result<()> {
-        let plan = self.validate()?;
-        outbox
-            .backend()
-            .capture_install(outbox.table(), &CaptureInstallParams::new(plan))
-            .await
-    }
-
-    /// Removes the capture of this declaration's table (its trigger and trigger function);
-    /// returns whether one was installed. Events already written stay.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without triggers; [`Error::Database`] when the
-    /// database refuses the DDL.
-    pub async fn uninstall<B: Backend>(&self, outbox: &Outbox<B>) -> Result<bool> {
-        outbox
-            .backend()
-            .capture_uninstall(
-                outbox.table(),
-                &CaptureUninstallParams::new(self.schema.clone(), self.table.clone()),
-            )
-            .await
-    }
-
-    /// The installed capture of this declaration's table, or `None` when none is installed; its
-    /// drift includes [`CaptureDrift::DeclarationChanged`] when the installed declaration differs
-    /// from `self`.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without triggers; [`Error::Database`] when the catalog
-    /// cannot be read.
-    pub async fn status<B: Backend>(&self, outbox: &Outbox<B>) -> Result<Option<CaptureStatus>> {
-        let all = outbox.capture_status().await?;
-        let mine = all.into_iter().find(|s| {
-            s.table == self.table
-                && (self.schema.is_none() || s.schema.as_deref() == self.schema.as_deref())
-        });
-        Ok(mine.map(|mut status| {
-            if status.declaration.as_ref() != Some(self) {
-                status.drift.push(CaptureDrift::DeclarationChanged);
-            }
-            status
-        }))
-    }
-
     fn describe(&self) -> String {
         match &self.schema {
             Some(schema) => format!("change capture of {schema:?}.{:?}", self.table),
@@ -1046,7 +987,7 @@ impl fmt::Display for CaptureDrift {
     }
 }
 
-/// One installed capture writing into an outbox table, as [`Outbox::capture_status`] reports it.
+/// One installed capture writing into an outbox table, as [`Outbox::capture_status`](crate::Outbox::capture_status) reports it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct CaptureStatus {
@@ -1083,72 +1024,6 @@ impl CaptureStatus {
     /// Whether the installed capture matches its table (no drift).
     pub fn is_current(&self) -> bool {
         self.drift.is_empty()
-    }
-}
-
-impl<B: Backend> Outbox<B> {
-    /// Stores `headers` (a JSON object) as the context of the transaction on `conn` (`&mut *tx`):
-    /// every event a capture trigger writes in that transaction carries them, merged into its
-    /// headers — the author of a change, a trace id. A later call replaces the
-    /// context; [`clear_context`](Self::clear_context) removes it. Events written by
-    /// [`enqueue`](Self::enqueue) are not affected.
-    ///
-    /// Scope, per backend:
-    /// - PostgreSQL: a transaction-local setting (`set_config('hare_outbox.headers', …, true)`):
-    ///   gone at COMMIT or ROLLBACK, undone by ROLLBACK TO SAVEPOINT. Outside a transaction
-    ///   block it lasts only for this call, so call it inside one.
-    /// - SQLite: a row of the `hare_outbox_context` table next to the outbox table, valid only
-    ///   while SQLite's `defer_foreign_keys` flag is on, which this call sets and SQLite itself
-    ///   switches off at COMMIT and ROLLBACK — so the context ends with the transaction. The
-    ///   price: in that transaction foreign-key violations are reported at COMMIT instead of at
-    ///   the statement. A transaction that turns `defer_foreign_keys` on by itself, without
-    ///   setting a context, would see a context left by an earlier transaction that did not
-    ///   clear it; [`clear_context`](Self::clear_context) before COMMIT rules that out.
-    ///
-    /// # Errors
-    /// - [`Error::Validation`] on field `headers` when `headers` is not a JSON object or has an
-    ///   empty name; nothing is stored.
-    /// - [`Error::Unsupported`] on a backend without capture; [`Error::Database`] otherwise.
-    pub async fn set_context(&self, conn: &mut B::Conn, headers: Value) -> Result<()> {
-        let Value::Object(headers) = headers else {
-            return Err(Error::validation(
-                "headers",
-                format!("{headers} is not a JSON object of header names and values"),
-            ));
-        };
-        if headers.keys().any(|name| name.trim().is_empty()) {
-            return Err(Error::validation(
-                "headers",
-                "a header name is empty; names must be non-empty text",
-            ));
-        }
-        self.backend()
-            .context_set(conn, self.table(), &ContextSetParams::new(Some(headers)))
-            .await
-    }
-
-    /// Removes the transaction's context set by [`set_context`](Self::set_context): captured
-    /// events written after it carry no context headers.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without capture; [`Error::Database`] otherwise.
-    pub async fn clear_context(&self, conn: &mut B::Conn) -> Result<()> {
-        self.backend()
-            .context_set(conn, self.table(), &ContextSetParams::new(None))
-            .await
-    }
-
-    /// Every capture installed into this outbox table, with its drift (columns added, dropped
-    /// or retyped since install, a changed primary key, a missing or disabled trigger, a dropped
-    /// table), sorted by schema and table.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without capture; [`Error::Database`] when the catalog
-    /// cannot be read.
-    pub async fn capture_status(&self) -> Result<Vec<CaptureStatus>> {
-        let mut all = self.backend().capture_status(self.table()).await?;
-        all.sort_by(|a, b| (&a.schema, &a.table).cmp(&(&b.schema, &b.table)));
-        Ok(all)
     }
 }
 

@@ -1,20 +1,27 @@
-//! The seam between the core and a database backend.
+//! The parameters of every backend statement and what the statements return: one module, so
+//! the seam's data types depend on nothing above them.
 //!
-//! **Internal seam**: the trait and its `*Params` may change in any release; implement it only
-//! inside this workspace. Backends only run SQL; every policy decision (lease cadence, ordering,
-//! backoff, dead letters) is taken in the core and passed in as parameters.
+//! **Internal seam**, like the rest of [`crate::backend`]: these types may change in any release.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::error::Error;
-use crate::error::Result;
 use crate::event::OutboxEvent;
 use crate::extra::ExtraValue;
-use crate::table::OutboxTable;
 use crate::topic::TopicFilter;
+
+macro_rules! params_new {
+    ($t:ident { $($f:ident : $ty:ty),* $(,)? }) => {
+        impl $t {
+            /// Builds the parameters from every field.
+            #[allow(clippy::too_many_arguments)]
+            pub fn new($($f: $ty),*) -> Self {
+                $t { $($f),* }
+            }
+        }
+    };
+}
 
 /// One event about to be inserted, validated and encoded by the core.
 #[derive(Debug, Clone)]
@@ -155,6 +162,10 @@ impl EventLeaseParams {
 pub struct LeasedBatch {
     /// The leased events in sequence order.
     pub events: Vec<OutboxEvent>,
+    /// Leased rows the backend could not decode into events (or that hold what the library never
+    /// writes), in sequence order. The core dead-letters them with their reason and releases the
+    /// events of their ordering keys behind them.
+    pub unreadable: Vec<UnreadableRow>,
     /// The ordering key the next lease's walk should start after (the last key the walk
     /// visited); `None` when it visited none (keep the previous cursor).
     pub key_cursor: Option<String>,
@@ -171,6 +182,7 @@ impl LeasedBatch {
         events.sort_by_key(|e| e.sequence);
         LeasedBatch {
             events,
+            unreadable: Vec::new(),
             key_cursor,
             contended: false,
         }
@@ -181,7 +193,68 @@ impl LeasedBatch {
         self.contended = contended;
         self
     }
+
+    /// Sets [`LeasedBatch::unreadable`] (sorted here by sequence).
+    pub fn with_unreadable(mut self, mut rows: Vec<UnreadableRow>) -> Self {
+        rows.sort_by_key(|r| r.sequence);
+        self.unreadable = rows;
+        self
+    }
 }
+
+/// A leased row that could not be read as an event: what the core needs to dead-letter it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnreadableRow {
+    /// The row's sequence.
+    pub sequence: i64,
+    /// Its `attempts` as stored (kept as they are when it is dead-lettered).
+    pub attempts: i32,
+    /// Its ordering key, when that column could be read.
+    pub ordering_key: Option<String>,
+    /// Why it cannot be delivered, e.g. `the stored event cannot be read: …`; becomes its
+    /// `last_error`.
+    pub reason: String,
+}
+
+params_new!(UnreadableRow { sequence: i64, attempts: i32, ordering_key: Option<String>, reason: String });
+
+/// Read one event by id.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventGetParams {
+    /// The event id.
+    pub id: Uuid,
+}
+
+params_new!(EventGetParams { id: Uuid });
+
+/// Record that a consumer processed an event.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct InboxRecordParams {
+    /// The consumer's name.
+    pub consumer: String,
+    /// The processed event's id.
+    pub event_id: Uuid,
+}
+
+params_new!(InboxRecordParams {
+    consumer: String,
+    event_id: Uuid
+});
+
+/// Delete one batch of old inbox records.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct InboxDeleteOlderParams {
+    /// Records processed before this time.
+    pub before: DateTime<Utc>,
+    /// At most this many rows in this statement.
+    pub limit: i64,
+}
+
+params_new!(InboxDeleteOlderParams { before: DateTime<Utc>, limit: i64 });
 
 /// Release leased events without counting an attempt: the rest of a run after a failure, so the
 /// key keeps its order (the events are leased again from the key's head).
@@ -310,17 +383,6 @@ pub struct EventMarkFailedParams {
     pub now: Option<DateTime<Utc>>,
 }
 
-macro_rules! params_new {
-    ($t:ident { $($f:ident : $ty:ty),* $(,)? }) => {
-        impl $t {
-            /// Builds the parameters from every field.
-            #[allow(clippy::too_many_arguments)]
-            pub fn new($($f: $ty),*) -> Self {
-                $t { $($f),* }
-            }
-        }
-    };
-}
 impl EventInsertParams {
     /// Builds the parameters without extra values; add them with [`EventInsertParams::with_extra`].
     pub fn new(
@@ -500,267 +562,3 @@ params_new!(CaptureInstallParams {
 });
 params_new!(CaptureUninstallParams { schema: Option<String>, table: String });
 params_new!(ContextSetParams { headers: Option<Map<String, Value>> });
-
-/// A database backend: one method per SQL statement.
-///
-/// `Conn` is the caller's connection type (`sqlx::PgConnection`, `sqlx::SqliteConnection`);
-/// enqueue runs on it so the event commits and rolls back with the caller's transaction. The other
-/// statements run on the backend's own pool, each in its own short transaction.
-#[async_trait]
-pub trait Backend: Clone + Send + Sync + 'static {
-    /// The connection type enqueue writes through.
-    type Conn: Send;
-
-    /// A short name for logs: `"postgres"`, `"sqlite"`.
-    fn name(&self) -> &'static str;
-
-    /// The DDL of `table`: the table and its indexes, idempotent (`IF NOT EXISTS`).
-    fn schema_sql(&self, table: &OutboxTable) -> String;
-
-    /// Applies [`Backend::schema_sql`]; safe to run concurrently and repeatedly.
-    async fn migrate(&self, table: &OutboxTable) -> Result<()>;
-
-    /// A transaction on the backend's pool; derefs to the connection enqueue writes through.
-    type Transaction: Send + std::ops::DerefMut<Target = Self::Conn>;
-
-    /// Begins a transaction on the backend's pool.
-    async fn begin(&self) -> Result<Self::Transaction>;
-
-    /// Commits `tx`.
-    async fn commit(&self, tx: Self::Transaction) -> Result<()>;
-
-    /// Rolls `tx` back.
-    async fn rollback(&self, tx: Self::Transaction) -> Result<()>;
-
-    /// Inserts one event on `conn`; on an idempotency key that is already stored, inserts nothing
-    /// and returns the stored event with `created = false`. A key taken by another tenant's event
-    /// (tenant column, [`IdempotencyScope::Table`](crate::IdempotencyScope::Table)) is an
-    /// [`Error::Integrity`].
-    async fn event_insert(
-        &self,
-        conn: &mut Self::Conn,
-        table: &OutboxTable,
-        params: &EventInsertParams,
-    ) -> Result<Inserted>;
-
-    /// Inserts events in the given order inside one savepoint of `conn`'s transaction (or one
-    /// transaction of its own), one multi-row INSERT per run of consecutive same-shape messages,
-    /// and returns one [`Inserted`] per message in the given order; existing and repeated
-    /// idempotency keys are resolved with one SELECT.
-    async fn event_insert_many(
-        &self,
-        conn: &mut Self::Conn,
-        table: &OutboxTable,
-        params: &[EventInsertParams],
-    ) -> Result<Vec<Inserted>>;
-
-    /// Leases the next batch, in `sequence` order.
-    async fn event_lease(
-        &self,
-        table: &OutboxTable,
-        params: &EventLeaseParams,
-    ) -> Result<LeasedBatch>;
-
-    /// Releases leased events without counting an attempt; returns the number of rows released.
-    async fn event_lease_release(
-        &self,
-        table: &OutboxTable,
-        params: &EventReleaseParams,
-    ) -> Result<u64>;
-
-    /// Extends the lease of a batch in flight; returns the number of rows still held.
-    async fn event_lease_extend(
-        &self,
-        table: &OutboxTable,
-        params: &EventLeaseExtendParams,
-    ) -> Result<u64>;
-
-    /// Marks events published in one statement; returns the number of rows changed.
-    async fn event_mark_delivered(
-        &self,
-        table: &OutboxTable,
-        params: &EventMarkDeliveredParams,
-    ) -> Result<u64>;
-
-    /// Records failures; returns the number of rows changed.
-    async fn event_mark_failed(
-        &self,
-        table: &OutboxTable,
-        params: &EventMarkFailedParams,
-    ) -> Result<u64>;
-
-    /// Reads one event by id (for tests and tools).
-    async fn event_get(&self, table: &OutboxTable, id: Uuid) -> Result<Option<OutboxEvent>>;
-
-    /// Clears `dead_lettered_at`, `next_attempt_at` and the lease of matching dead-lettered events
-    /// and sets their attempts to 0; returns how many. `last_error` is kept.
-    async fn event_retry_dead_lettered(
-        &self,
-        table: &OutboxTable,
-        params: &EventRetryDeadLetteredParams,
-    ) -> Result<u64> {
-        let _ = (table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: retry of dead letters",
-            self.name()
-        )))
-    }
-
-    /// Deletes ONE batch of finished events (at most `limit` rows, in one short statement);
-    /// returns how many. Callers loop until it returns fewer than `limit`.
-    async fn event_delete_finished(
-        &self,
-        table: &OutboxTable,
-        params: &EventDeleteFinishedParams,
-    ) -> Result<u64> {
-        let _ = (table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: clean-up",
-            self.name()
-        )))
-    }
-
-    /// One page of the journal: events matching `query`'s filters, from its cursor,
-    /// at most `query.limit` of them; newest first unless the cursor is
-    /// [`Cursor::After`](crate::journal::Cursor::After) (oldest first). Keyset pagination on
-    /// `sequence`: no OFFSET, every page costs about the same.
-    async fn event_list(
-        &self,
-        table: &OutboxTable,
-        query: &crate::journal::EventQuery,
-    ) -> Result<Vec<OutboxEvent>> {
-        let _ = (table, query);
-        Err(Error::Unsupported(format!(
-            "{} backend: journal listing",
-            self.name()
-        )))
-    }
-
-    /// Counts per bucket of `params` the events created, published and dead-lettered, the
-    /// backlog at each bucket's end and the delivery latency percentiles; one entry per bucket,
-    /// oldest first, empty buckets included.
-    async fn event_timeline(
-        &self,
-        table: &OutboxTable,
-        params: &crate::journal::TimelineParams,
-    ) -> Result<Vec<crate::journal::TimelineBucket>> {
-        let _ = (table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: journal timeline",
-            self.name()
-        )))
-    }
-
-    /// Counts the backlog.
-    async fn backlog(&self, table: &OutboxTable, params: &BacklogParams) -> Result<Backlog> {
-        let _ = (table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: backlog",
-            self.name()
-        )))
-    }
-
-    /// Installs (or replaces) a change capture writing into `table`; nothing is created when a
-    /// check fails.
-    async fn capture_install(
-        &self,
-        table: &OutboxTable,
-        params: &CaptureInstallParams,
-    ) -> Result<()> {
-        let _ = (table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: change capture",
-            self.name()
-        )))
-    }
-
-    /// Removes the change capture of one table into `table`; returns whether one was installed.
-    async fn capture_uninstall(
-        &self,
-        table: &OutboxTable,
-        params: &CaptureUninstallParams,
-    ) -> Result<bool> {
-        let _ = (table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: change capture",
-            self.name()
-        )))
-    }
-
-    /// Every change capture installed into `table`, with its drift.
-    async fn capture_status(
-        &self,
-        table: &OutboxTable,
-    ) -> Result<Vec<crate::capture::CaptureStatus>> {
-        let _ = table;
-        Err(Error::Unsupported(format!(
-            "{} backend: change capture",
-            self.name()
-        )))
-    }
-
-    /// Sets or clears the context headers of the transaction on `conn`, for the capture
-    /// triggers writing into `table`.
-    async fn context_set(
-        &self,
-        conn: &mut Self::Conn,
-        table: &OutboxTable,
-        params: &ContextSetParams,
-    ) -> Result<()> {
-        let _ = (conn, table, params);
-        Err(Error::Unsupported(format!(
-            "{} backend: capture context",
-            self.name()
-        )))
-    }
-
-    /// The DDL of an inbox table (consumer, event_id, processed_at). Defaults to unsupported.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without an inbox.
-    fn inbox_schema_sql(&self, table: &OutboxTable) -> Result<String> {
-        let _ = table;
-        Err(Error::Unsupported(format!(
-            "{} backend: inbox",
-            self.name()
-        )))
-    }
-
-    /// Creates the inbox table if missing.
-    async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
-        let _ = table;
-        Err(Error::Unsupported(format!(
-            "{} backend: inbox",
-            self.name()
-        )))
-    }
-
-    /// Records `(consumer, event_id)` on `conn`; `true` when new.
-    async fn inbox_record(
-        &self,
-        conn: &mut Self::Conn,
-        table: &OutboxTable,
-        consumer: &str,
-        event_id: Uuid,
-    ) -> Result<bool> {
-        let _ = (conn, table, consumer, event_id);
-        Err(Error::Unsupported(format!(
-            "{} backend: inbox",
-            self.name()
-        )))
-    }
-
-    /// Deletes at most `limit` inbox records processed before `before`; returns how many.
-    async fn inbox_delete_older(
-        &self,
-        table: &OutboxTable,
-        before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64> {
-        let _ = (table, before, limit);
-        Err(Error::Unsupported(format!(
-            "{} backend: inbox",
-            self.name()
-        )))
-    }
-}
