@@ -173,13 +173,19 @@ impl<B: JournalBackend> Journal<B> {
     }
 
     /// The backlog of `topics` (exact names and `prefix*`; empty = every topic in scope):
-    /// pending events, the age of the oldest in seconds, dead letters.
+    /// pending events, the age of the oldest in seconds, dead letters. With `topics` empty it
+    /// also sets the table's `hare_outbox_backlog_*` gauges (`metrics` crate), as a running relay
+    /// does every [`RelayConfig::backlog_interval`](crate::RelayConfig::backlog_interval).
     ///
     /// # Errors
     /// [`Error::Configuration`] for a malformed pattern; [`Error::Database`] when the query fails.
     pub async fn backlog(&self, topics: &[&str]) -> Result<Backlog> {
         let params = BacklogParams::new(self.narrowed(topics)?, Utc::now());
-        self.backend.backlog(&self.table, &params).await
+        let backlog = self.backend.backlog(&self.table, &params).await?;
+        if topics.is_empty() {
+            set_backlog_gauges(&self.table, &backlog);
+        }
+        Ok(backlog)
     }
 
     /// Returns dead letters to the queue with their attempts reset to 0: those of `topics`
@@ -245,13 +251,19 @@ impl<B: JournalBackend> Journal<B> {
     }
 
     fn narrowed(&self, topics: &[&str]) -> Result<TopicFilter> {
-        let named = topic_filter(topics)?;
-        Ok(if self.scope.is_all() {
-            named
-        } else {
-            self.scope.and(&named)
-        })
+        Ok(self.scope.and(&topic_filter(topics)?))
     }
+}
+
+/// Sets the `hare_outbox_backlog_*` gauges of `table` to `backlog`.
+pub(crate) fn set_backlog_gauges(table: &OutboxTable, backlog: &Backlog) {
+    let table = table.to_string();
+    metrics::gauge!("hare_outbox_backlog_pending", "table" => table.clone())
+        .set(backlog.pending as f64);
+    metrics::gauge!("hare_outbox_backlog_oldest_pending_age_seconds", "table" => table.clone())
+        .set(backlog.oldest_pending_age_seconds);
+    metrics::gauge!("hare_outbox_backlog_dead_lettered", "table" => table)
+        .set(backlog.dead_lettered as f64);
 }
 
 fn topic_filter(topics: &[&str]) -> Result<TopicFilter> {

@@ -277,13 +277,7 @@ impl<B: Backend> Inner<B> {
             .backend()
             .backlog(self.outbox.table(), &params)
             .await?;
-        let table = self.outbox.table().to_string();
-        metrics::gauge!("hare_outbox_backlog_pending", "table" => table.clone())
-            .set(backlog.pending as f64);
-        metrics::gauge!("hare_outbox_backlog_oldest_pending_age_seconds", "table" => table.clone())
-            .set(backlog.oldest_pending_age_seconds);
-        metrics::gauge!("hare_outbox_backlog_dead_lettered", "table" => table)
-            .set(backlog.dead_lettered as f64);
+        crate::journal::set_backlog_gauges(self.outbox.table(), &backlog);
         Ok(backlog)
     }
 
