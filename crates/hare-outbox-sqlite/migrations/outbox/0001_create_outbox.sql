@@ -1,4 +1,7 @@
--- hare-outbox table and its indexes (SQLite). Idempotent: safe to run again.
+-- Outbox version 1 (SQLite): the outbox table and its indexes, as `migrate` created them before
+-- versions were recorded (a table made then is adopted as this version). Idempotent (IF NOT
+-- EXISTS). A released migration is never edited: its checksum is recorded; a change of schema is
+-- a new file.
 -- Timestamps are UTC text in one fixed format, YYYY-MM-DDTHH:MM:SS.ffffffZ, so text order is time order.
 -- idempotency_key is UNIQUE when keys are unique in the whole table (the default); keys unique per
 -- tenant get a unique constraint on the tenant column and the key instead, and a table without key
