@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::event::OutboxEvent;
 use crate::extra::ExtraValue;
-use crate::migration::{MigrationStatus, MigrationStream};
+use crate::migration::{Migration, MigrationStatus, MigrationStream};
 use crate::table::OutboxTable;
 use crate::topic::TopicFilter;
 
@@ -523,6 +523,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// record; adopts a table created before migrations were versioned as version 1. Safe to run
     /// concurrently and repeatedly.
     async fn migrate(&self, table: &OutboxTable) -> Result<()>;
+
+    /// The versions of `stream` this backend runs, oldest first (its numbered files).
+    fn migrations(&self, stream: MigrationStream) -> &[Migration];
 
     /// The SQL of the versions of `stream` after version `applied` (0: none applied), each with
     /// its record, as `migrate` would run them for `table`; empty or comments only when none is

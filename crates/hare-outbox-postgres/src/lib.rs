@@ -257,6 +257,10 @@ impl Backend for PgBackend {
         .await
     }
 
+    fn migrations(&self, stream: MigrationStream) -> &[hare_outbox_core::migration::Migration] {
+        self.migrations.of(stream)
+    }
+
     fn migration_sql(&self, stream: MigrationStream, table: &OutboxTable, applied: i64) -> String {
         migrate::sql(self.migrations.of(stream), stream, table, applied)
     }
