@@ -528,8 +528,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn migrations(&self, stream: MigrationStream) -> &[Migration];
 
     /// The SQL of the versions of `stream` after version `applied` (0: none applied), each with
-    /// its record, as `migrate` would run them for `table`; empty or comments only when none is
-    /// left. Pure: connects to nothing.
+    /// its record, as `migrate` would run them for `table`; when none is left, only what every
+    /// `migrate` runs (PostgreSQL: the idempotent `ADD COLUMN IF NOT EXISTS` of declared extra
+    /// columns), often nothing. Pure: connects to nothing.
     fn migration_sql(&self, stream: MigrationStream, table: &OutboxTable, applied: i64) -> String;
 
     /// Every version of `stream` this backend knows, oldest first, with when the database
