@@ -75,10 +75,21 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the outbox table and its indexes if they are missing (safe to repeat)
-    Migrate,
-    /// Print the DDL of the outbox table for the database URL's backend, without connecting
-    Schema,
+    /// Bring the outbox table to the newest schema version (safe to repeat); --status to list
+    /// the versions
+    ///
+    /// Each pending version runs in a transaction of its own with its row in the record of
+    /// applied migrations (`hare_outbox_migrations`, in the table's schema); a table created
+    /// before versions were recorded is adopted as version 1. A record that disagrees with this
+    /// build (an edited migration, a version from a newer build) is refused (exit 1).
+    Migrate(MigrateArgs),
+    /// Print the SQL of the schema versions the database lacks, for your own migration tool
+    ///
+    /// Reads which versions the database has (a SQLite file that does not exist has none and is
+    /// not created) and prints the SQL of the others, each followed by its row in the record of
+    /// applied migrations; a first comment line names them, or says that none is pending. With
+    /// --all, every version, without connecting.
+    Schema(SchemaArgs),
     /// Install, remove or check the change-capture triggers of the config's [[capture]] tables
     #[command(subcommand, after_help = EXIT_CODES)]
     Capture(CaptureCommand),
@@ -285,6 +296,23 @@ pub enum CaptureCommand {
     /// dropped or retyped since install, another declaration, a disabled trigger…), or an
     /// installed capture writing into this outbox is not in the config.
     Status,
+}
+
+/// Options of `migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// List every schema version, applied (with when) or pending, instead of migrating; changes
+    /// nothing
+    #[arg(long)]
+    pub status: bool,
+}
+
+/// Options of `schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Print every version, as for an empty database, without connecting
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Options of `capture install`.

@@ -171,22 +171,11 @@ impl Db {
     }
 }
 
-/// `hare-outbox schema`: prints the DDL.
+/// `hare-outbox migrate`: applies the pending schema versions of the outbox table.
 ///
 /// # Errors
-/// A usage error when no database URL is set.
-pub fn schema(settings: &Settings) -> anyhow::Result<()> {
-    let db = Db::lazy(settings.database()?)?;
-    let sql =
-        with_backend!(db, backend => Outbox::new(backend, settings.table.clone()).schema_sql());
-    println!("{}", sql.trim_end());
-    Ok(())
-}
-
-/// `hare-outbox migrate`: creates the table and indexes if missing.
-///
-/// # Errors
-/// When the database is unreachable or refuses the DDL.
+/// When the database is unreachable, refuses the DDL, or records versions that disagree with
+/// this build.
 pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
     let database = settings.database()?;
     let db = Db::connect(database).await?;
@@ -196,18 +185,24 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Result<()> {
     let outbox = Outbox::new(backend, settings.table.clone());
     let step = crate::journal::step(&format!(
-        "creating the outbox table {} and its indexes (if missing)",
+        "bringing the outbox table {} to the newest schema version",
         settings.table
     ));
+    // The backend logs each version it applies.
     let migrated = outbox
         .migrate()
         .await
-        .with_context(|| format!("creating the outbox table {} failed", settings.table));
+        .with_context(|| format!("migrating the outbox table {} failed", settings.table));
     step.finish_and_clear();
     migrated?;
     tracing::info!(
         backend = outbox.backend().name(),
         table = %settings.table,
+        version = outbox
+            .backend()
+            .migrations(hare_outbox::MigrationStream::Outbox)
+            .last()
+            .map_or(0, |m| m.version),
         "outbox table is in place"
     );
     Ok(())

@@ -22,6 +22,7 @@ mod delivery;
 mod demo;
 mod error;
 mod journal;
+mod migrations;
 mod serve;
 mod wakeup;
 
@@ -88,8 +89,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     match command {
-        Command::Migrate => commands::migrate(&settings).await,
-        Command::Schema => commands::schema(&settings),
+        Command::Migrate(args) if args.status => migrations::status(&settings).await,
+        Command::Migrate(_) => commands::migrate(&settings).await,
+        Command::Schema(args) => migrations::schema(&settings, args.all).await,
         Command::Capture(CaptureCommand::Install(args)) => capture::install(&settings, &args).await,
         Command::Capture(CaptureCommand::Uninstall(args)) => {
             capture::uninstall(&settings, &args).await

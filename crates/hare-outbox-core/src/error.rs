@@ -48,6 +48,12 @@ pub enum Error {
     /// The operation is not available on this backend.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The database's record of applied schema migrations disagrees with this build: a
+    /// migration file edited after it ran (checksum), a version applied by a newer build, a
+    /// version missing below an applied one. The message names the table and the version. Nothing
+    /// was changed.
+    #[error("migration error: {0}")]
+    Migration(String),
     /// Any other database failure (connection lost, syntax, permissions).
     #[error("database error: {source}")]
     Database {

@@ -57,7 +57,20 @@ impl<B: InboxBackend> Inbox<B> {
         self.backend.inbox_schema_sql(&self.table)
     }
 
-    /// Creates the inbox table if it is missing.
+    /// Every version of the inbox table's schema (a migration stream of its own, numbered from 1),
+    /// oldest first, with when it was applied (`None`: pending). Changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::Migration`] when the record of applied migrations disagrees with this build;
+    /// [`Error::Database`] when it cannot be read.
+    pub async fn migration_status(&self) -> Result<Vec<crate::MigrationStatus>> {
+        self.backend
+            .migration_status(crate::MigrationStream::Inbox, &self.table)
+            .await
+    }
+
+    /// Creates the inbox table if it is missing: applies the pending versions of the inbox
+    /// migrations, each with its record.
     ///
     /// # Errors
     /// [`Error::Database`] when the DDL fails.

@@ -12,6 +12,7 @@ pub mod inbox;
 pub mod journal;
 pub mod json;
 pub mod message;
+pub mod migration;
 pub mod outbox;
 pub mod redact;
 pub mod relay;
@@ -31,6 +32,7 @@ pub use extra::{ColumnType, ExtraColumn, ExtraValue};
 pub use inbox::Inbox;
 pub use journal::{CleanupOutcome, EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
+pub use migration::{MigrationStatus, MigrationStream};
 pub use outbox::{Outbox, OutboxTransaction};
 pub use relay::{
     CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay,

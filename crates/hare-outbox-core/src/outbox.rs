@@ -8,6 +8,7 @@ use crate::backend::{Backend, EventInsertParams, Inserted};
 use crate::error::{Error, Result};
 use crate::event::OutboxEvent;
 use crate::message::OutboxMessage;
+use crate::migration::{MigrationStatus, MigrationStream};
 use crate::table::{IdempotencyScope, OutboxTable};
 use crate::wakeup::{PendingSignals, Wakeup};
 
@@ -79,16 +80,47 @@ impl<B: Backend> Outbox<B> {
         &self.table
     }
 
-    /// The DDL that creates the table and its indexes, for your own migration tool. Idempotent.
+    /// The DDL that creates the table and its indexes in an empty database, for your own
+    /// migration tool: every version of the outbox migrations, each followed by its row in the
+    /// record of applied migrations, so a later [`Outbox::migrate`] finds them applied.
+    /// Idempotent. For a database that has some versions, see [`Outbox::schema_sql_after`].
     pub fn schema_sql(&self) -> String {
         self.backend.schema_sql(&self.table)
     }
 
-    /// Creates the table and its indexes if they are missing. Safe to call at every start-up, from
-    /// several processes at once.
+    /// The SQL of the outbox migrations after version `applied` (the newest applied one, from
+    /// [`Outbox::migration_status`] and [`migration::applied_version`](crate::migration::applied_version)),
+    /// each followed by its record; nothing but the backend's idempotent statements for declared
+    /// extra columns, if any, when no version is left.
+    pub fn schema_sql_after(&self, applied: i64) -> String {
+        self.backend
+            .migration_sql(MigrationStream::Outbox, &self.table, applied)
+    }
+
+    /// Every version of the table's schema, oldest first, with when it was applied (`None`:
+    /// pending). Reads the record of applied migrations; changes nothing.
     ///
     /// # Errors
-    /// [`Error::Database`] when the database refuses the DDL (permissions, connection lost).
+    /// [`Error::Migration`] when the record disagrees with this build (an edited migration file
+    /// or record, a version applied by a newer build), naming the version;
+    /// [`Error::Database`] when the record cannot be read.
+    pub async fn migration_status(&self) -> Result<Vec<MigrationStatus>> {
+        self.backend
+            .migration_status(MigrationStream::Outbox, &self.table)
+            .await
+    }
+
+    /// Brings the table to the newest version of its schema: applies each pending version in a
+    /// transaction of its own together with its record, then adds declared extra columns the
+    /// table lacks. A table created before versions were recorded is adopted as version 1 (its
+    /// rows are kept). Safe to call at every start-up, from several processes at once.
+    ///
+    /// # Errors
+    /// [`Error::Migration`] when the record of applied migrations disagrees with this build
+    /// (nothing is applied); [`Error::Configuration`] for a table named
+    /// [`MIGRATIONS_TABLE`](crate::migration::MIGRATIONS_TABLE); [`Error::Database`] when the
+    /// database refuses the DDL (permissions, connection lost) — the versions before the failing
+    /// one stay applied.
     pub async fn migrate(&self) -> Result<()> {
         self.backend.migrate(&self.table).await
     }

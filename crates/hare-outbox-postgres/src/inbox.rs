@@ -10,7 +10,8 @@ use crate::error::translate;
 use crate::exec::{Db, RunIn};
 use crate::sql::quoted_table;
 
-fn render(sql: &str, table: &OutboxTable) -> String {
+/// `sql` (a statement or a migration's template) for the inbox table `table`.
+pub(crate) fn render(sql: &str, table: &OutboxTable) -> String {
     hare_outbox_core::backend::template::render(
         sql,
         &[
@@ -18,32 +19,6 @@ fn render(sql: &str, table: &OutboxTable) -> String {
             ("prefix", table.name().to_owned()),
         ],
     )
-}
-
-pub(crate) fn schema_sql(table: &OutboxTable) -> String {
-    let mut sql = String::new();
-    if let Some(schema) = table.schema() {
-        sql.push_str(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {};\n",
-            crate::sql::quote_ident(schema)
-        ));
-    }
-    sql.push_str(&render(include_str!("../queries/inbox_schema.sql"), table));
-    sql
-}
-
-pub(crate) async fn migrate(db: Db<'_>, table: &OutboxTable) -> Result<()> {
-    let mut tx = db.pool.begin().await.map_err(translate)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
-        .persistent(db.persistent())
-        .execute(&mut *tx)
-        .await
-        .map_err(translate)?;
-    sqlx::raw_sql(AssertSqlSafe(schema_sql(table)))
-        .execute(&mut *tx)
-        .await
-        .map_err(translate)?;
-    tx.commit().await.map_err(translate)
 }
 
 pub(crate) async fn record(

@@ -27,6 +27,7 @@ mod error;
 mod exec;
 mod inbox;
 mod journal;
+mod migrate;
 mod sql;
 mod wakeup;
 
@@ -40,8 +41,8 @@ use hare_outbox_core::backend::{
     InboxRecordParams, Inserted, JournalBackend, LeasedBatch, UnreadableRow,
 };
 use hare_outbox_core::{
-    Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, OutboxEvent, OutboxTable, Result,
-    StoredRow, TopicFilter,
+    Backlog, ColumnType, Error, ExtraValue, IdempotencyScope, MigrationStatus, MigrationStream,
+    OutboxEvent, OutboxTable, Result, StoredRow, TopicFilter,
 };
 use serde_json::{Map, Value};
 use sqlx::postgres::PgArguments;
@@ -73,6 +74,7 @@ pub struct PgBackend {
     pool: PgPool,
     pooler: bool,
     relay_commit: RelayCommit,
+    migrations: migrate::Migrations,
 }
 
 impl PgBackend {
@@ -83,7 +85,23 @@ impl PgBackend {
             pool,
             pooler: false,
             relay_commit: RelayCommit::default(),
+            migrations: migrate::Migrations::default(),
         }
+    }
+
+    /// Runs `migrations` as the versions of `stream` instead of this crate's files: for tests of
+    /// the migration runner (a version 2 that does not exist yet). Not a stable interface.
+    #[doc(hidden)]
+    pub fn with_migrations(
+        mut self,
+        stream: MigrationStream,
+        migrations: &'static [hare_outbox_core::migration::Migration],
+    ) -> Self {
+        match stream {
+            MigrationStream::Outbox => self.migrations.outbox = migrations,
+            MigrationStream::Inbox => self.migrations.inbox = migrations,
+        }
+        self
     }
 
     /// Whether the relay's own statements — leases, lease extensions and releases, and the
@@ -223,23 +241,37 @@ impl Backend for PgBackend {
     }
 
     fn schema_sql(&self, table: &OutboxTable) -> String {
-        self.statements(table).schema.clone()
+        self.migration_sql(MigrationStream::Outbox, table, 0)
     }
 
+    /// Applies the pending outbox versions (see [`Backend::migrate`]). Every step takes a
+    /// transaction-scoped advisory lock (never a session lock, so it works behind a transaction
+    /// pooler): the schema and the record's table are created under the lock of every migrate,
+    /// each version under the lock of its table, keyed by the schema-qualified name.
     async fn migrate(&self, table: &OutboxTable) -> Result<()> {
-        let statements = self.statements(table);
-        let mut tx = self.pool.begin().await.map_err(translate)?;
-        // Serializes concurrent migrations: CREATE … IF NOT EXISTS alone races on the catalog.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('hare_outbox.migrate'))")
-            .persistent(self.db().persistent())
-            .execute(&mut *tx)
-            .await
-            .map_err(translate)?;
-        sqlx::raw_sql(AssertSqlSafe(statements.schema.clone()))
-            .execute(&mut *tx)
-            .await
-            .map_err(translate)?;
-        tx.commit().await.map_err(translate)
+        migrate::run(
+            self.db(),
+            self.migrations.outbox,
+            MigrationStream::Outbox,
+            table,
+        )
+        .await
+    }
+
+    fn migrations(&self, stream: MigrationStream) -> &[hare_outbox_core::migration::Migration] {
+        self.migrations.of(stream)
+    }
+
+    fn migration_sql(&self, stream: MigrationStream, table: &OutboxTable, applied: i64) -> String {
+        migrate::sql(self.migrations.of(stream), stream, table, applied)
+    }
+
+    async fn migration_status(
+        &self,
+        stream: MigrationStream,
+        table: &OutboxTable,
+    ) -> Result<Vec<MigrationStatus>> {
+        migrate::status(self.db(), self.migrations.of(stream), stream, table).await
     }
 
     async fn begin(&self) -> Result<Self::Transaction> {
@@ -732,11 +764,17 @@ impl CaptureBackend for PgBackend {
 #[async_trait]
 impl InboxBackend for PgBackend {
     fn inbox_schema_sql(&self, table: &OutboxTable) -> String {
-        inbox::schema_sql(table)
+        self.migration_sql(MigrationStream::Inbox, table, 0)
     }
 
     async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
-        inbox::migrate(self.db(), table).await
+        migrate::run(
+            self.db(),
+            self.migrations.inbox,
+            MigrationStream::Inbox,
+            table,
+        )
+        .await
     }
 
     async fn inbox_record(

@@ -12,7 +12,12 @@ pub(crate) const COLUMNS: &[&str] = hare_outbox_core::capture::OUTBOX_OWNED_COLU
 
 /// Every statement, rendered for one table.
 pub(crate) struct Statements {
-    pub(crate) schema: String,
+    /// The values of the table's placeholders (names without braces).
+    placeholders: Vec<(&'static str, String)>,
+    /// `ALTER TABLE … ADD COLUMN IF NOT EXISTS` of each declared extra column, `;`-terminated
+    /// (empty without extra columns): run by every `migrate` after the versioned migrations,
+    /// since the declaration changes without a new version.
+    pub(crate) extra_column_alters: String,
     event_insert: String,
     event_insert_many: String,
     pub(crate) event_get: Arc<str>,
@@ -141,7 +146,7 @@ impl Statements {
             .iter()
             .map(|c| {
                 format!(
-                    "\nALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {};",
+                    "ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {};\n",
                     column_def(c)
                 )
             })
@@ -159,9 +164,8 @@ impl Statements {
             IdempotencyScope::None => String::new(),
         };
         // The table name is validated to [A-Za-z0-9_], so it is safe inside a quoted index name.
-        let values = [
+        let placeholders = vec![
             ("extra_column_defs", extra_column_defs),
-            ("extra_column_alters", extra_column_alters),
             ("idempotency_constraint", idempotency_constraint),
             ("table", quoted),
             ("prefix", table.name().to_owned()),
@@ -169,15 +173,7 @@ impl Statements {
             ("t_columns", t_columns),
             ("relay_commit", commit.condition().to_owned()),
         ];
-        let render = |sql: &str| -> String { template::render(sql, &values) };
-        let mut schema = String::new();
-        if let Some(name) = table.schema() {
-            schema.push_str(&format!(
-                "CREATE SCHEMA IF NOT EXISTS {};\n",
-                quote_ident(name)
-            ));
-        }
-        schema.push_str(&render(include_str!("../queries/schema.sql")));
+        let render = |sql: &str| -> String { template::render(sql, &placeholders) };
         let r = |sql: &str| -> Arc<str> { render(sql).into() };
         // Only the comparison and the direction differ between the two journal pages.
         let list = |keyset: &str, order: &str| -> Arc<str> {
@@ -188,7 +184,7 @@ impl Statements {
             .into()
         };
         Statements {
-            schema,
+            extra_column_alters,
             event_insert: render(include_str!("../queries/event_insert.sql")),
             event_insert_many: render(include_str!("../queries/event_insert_many.sql")),
             event_get: r(include_str!("../queries/event_get.sql")),
@@ -223,7 +219,13 @@ impl Statements {
             backlog: r(include_str!("../queries/backlog.sql")),
             inserts: Mutex::default(),
             leases: Mutex::default(),
+            placeholders,
         }
+    }
+
+    /// `sql` (a statement or a migration's template) with the table's placeholders filled.
+    pub(crate) fn render(&self, sql: &str) -> String {
+        template::render(sql, &self.placeholders)
     }
 }
 
@@ -416,22 +418,17 @@ mod tests {
 
     #[test]
     fn renders_quoted_qualified_names() {
-        let s = Statements::new(
-            &OutboxTable::parse("billing.events").unwrap(),
-            RelayCommit::Asynchronous,
+        let table = OutboxTable::parse("billing.events").unwrap();
+        let s = Statements::new(&table, RelayCommit::Asynchronous);
+        let schema = crate::migrate::sql(
+            crate::migrate::OUTBOX,
+            hare_outbox_core::MigrationStream::Outbox,
+            &table,
+            0,
         );
-        assert!(
-            s.schema
-                .starts_with("CREATE SCHEMA IF NOT EXISTS \"billing\";")
-        );
-        assert!(
-            s.schema
-                .contains("CREATE TABLE IF NOT EXISTS \"billing\".\"events\"")
-        );
-        assert!(
-            s.schema
-                .contains("\"events_pending_idx\" ON \"billing\".\"events\"")
-        );
+        assert!(schema.starts_with("CREATE SCHEMA IF NOT EXISTS \"billing\";"));
+        assert!(schema.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"events\""));
+        assert!(schema.contains("\"events_pending_idx\" ON \"billing\".\"events\""));
         let lease = s.event_lease(100, 10, 10, true);
         assert!(lease.contains("LIMIT 9") && lease.contains("w.found < 100"));
         assert!(lease.contains("w.found >= 10 AND w.filled >= 100") && lease.contains("LIMIT 10)"));
@@ -471,7 +468,7 @@ mod tests {
         assert!(s.event_list_after.contains("ORDER BY o.sequence ASC"));
         for c in COLUMNS {
             assert!(
-                s.schema.contains(&format!("\n    {c} ")),
+                schema.contains(&format!("\n    {c} ")),
                 "column {c} missing"
             );
         }

@@ -1,7 +1,8 @@
 //! The shared conformance suite (`hare_outbox_testkit::conformance`) on PostgreSQL, each
 //! scenario in a fresh schema.
 
-use hare_outbox_core::OutboxTable;
+use hare_outbox_core::migration::Migration;
+use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::conformance::harness::update_sql;
 use hare_outbox_testkit::conformance::{Cell, Harness};
@@ -92,6 +93,18 @@ impl Harness for Pg {
              WHERE n.nspname = current_schema() AND NOT t.tgisinternal",
         )
         .await
+    }
+
+    fn unversioned_outbox_ddl() -> Option<&'static str> {
+        Some(include_str!("fixtures/unversioned_outbox.sql"))
+    }
+
+    fn with_migrations(
+        backend: PgBackend,
+        stream: MigrationStream,
+        migrations: &'static [Migration],
+    ) -> PgBackend {
+        backend.with_migrations(stream, migrations)
     }
 
     async fn close(self) {

@@ -10,7 +10,8 @@ use crate::decode::timestamp;
 use crate::error::map_err;
 use crate::sql::quote_ident;
 
-fn render(sql: &str, table: &OutboxTable) -> String {
+/// `sql` (a statement or a migration's template) for the inbox table `table`.
+pub(crate) fn render(sql: &str, table: &OutboxTable) -> String {
     let quoted = match table.schema() {
         Some(schema) => format!("{}.{}", quote_ident(schema), quote_ident(table.name())),
         None => quote_ident(table.name()),
@@ -32,10 +33,6 @@ fn render(sql: &str, table: &OutboxTable) -> String {
             ("name", table.name().to_owned()),
         ],
     )
-}
-
-pub(crate) fn schema_sql(table: &OutboxTable) -> String {
-    render(include_str!("../queries/inbox_schema.sql"), table)
 }
 
 pub(crate) async fn record(

@@ -40,6 +40,7 @@ mod decode;
 mod error;
 mod inbox;
 mod journal;
+mod migrate;
 mod sql;
 
 use std::str::FromStr;
@@ -54,7 +55,8 @@ use hare_outbox_core::backend::{
     InboxRecordParams, Inserted, JournalBackend, LeasedBatch, UnreadableRow,
 };
 use hare_outbox_core::{
-    Backlog, Error, IdempotencyScope, OutboxEvent, OutboxTable, Result, TopicFilter,
+    Backlog, Error, IdempotencyScope, MigrationStatus, MigrationStream, OutboxEvent, OutboxTable,
+    Result, TopicFilter,
 };
 use serde_json::Value;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -78,12 +80,31 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub struct SqliteBackend {
     pool: SqlitePool,
+    migrations: migrate::Migrations,
 }
 
 impl SqliteBackend {
     /// A backend on `pool`.
     pub fn new(pool: SqlitePool) -> Self {
-        SqliteBackend { pool }
+        SqliteBackend {
+            pool,
+            migrations: migrate::Migrations::default(),
+        }
+    }
+
+    /// Runs `migrations` as the versions of `stream` instead of this crate's files: for tests of
+    /// the migration runner (a version 2 that does not exist yet). Not a stable interface.
+    #[doc(hidden)]
+    pub fn with_migrations(
+        mut self,
+        stream: MigrationStream,
+        migrations: &'static [hare_outbox_core::migration::Migration],
+    ) -> Self {
+        match stream {
+            MigrationStream::Outbox => self.migrations.outbox = migrations,
+            MigrationStream::Inbox => self.migrations.inbox = migrations,
+        }
+        self
     }
 
     /// The pool the relay's statements run on.
@@ -265,19 +286,22 @@ impl Backend for SqliteBackend {
         Capabilities::new("sqlite")
     }
 
-    /// The `CREATE TABLE IF NOT EXISTS` and `CREATE INDEX IF NOT EXISTS` statements of `table`,
-    /// separated by `;`. With a schema, the table and its indexes go to that attached database.
+    /// Every version of the outbox migrations for an empty database, each with its record: the
+    /// `CREATE TABLE IF NOT EXISTS` and `CREATE INDEX IF NOT EXISTS` statements of `table`,
+    /// separated by `;`. With a schema, the table, its indexes and the record go to that attached
+    /// database.
     ///
     /// Extra columns are in the `CREATE TABLE`; SQLite has no `ADD COLUMN IF NOT EXISTS`, so the
     /// ones missing from an existing table are added by [`Backend::migrate`], not by this text.
     /// A foreign key names its table without schema (SQLite keeps foreign keys within one
     /// database).
     fn schema_sql(&self, table: &OutboxTable) -> String {
-        Query::Schema.render(table).to_string()
+        self.migration_sql(MigrationStream::Outbox, table, 0)
     }
 
-    /// Runs [`Backend::schema_sql`] in one `BEGIN IMMEDIATE` transaction, then adds the declared
-    /// extra columns the table lacks (checked with `pragma_table_info`); idempotent.
+    /// Applies each pending outbox version in a `BEGIN IMMEDIATE` transaction of its own with its
+    /// record (concurrent migrates queue on the write lock), then adds the declared extra
+    /// columns the table lacks (checked with `pragma_table_info`); idempotent.
     ///
     /// A `NOT NULL` extra column added to an existing table gets `CHECK (column IS NOT NULL)`
     /// instead (SQLite refuses `NOT NULL` without a default in `ADD COLUMN`); the check is tested
@@ -287,37 +311,35 @@ impl Backend for SqliteBackend {
     ///
     /// # Errors
     /// [`Error::Configuration`] for a foreign key to a table of another database;
+    /// [`Error::Migration`] when the record of applied migrations disagrees with this build;
     /// [`Error::Database`] when SQLite refuses the DDL (read-only file, unknown attached schema,
     /// a `NOT NULL` column added to a table with rows);
     /// [`Error::TransactionRetry`] when the write lock stays taken past the busy timeout.
     async fn migrate(&self, table: &OutboxTable) -> Result<()> {
         sql::check_references(table)?;
-        let mut tx = self.begin_immediate().await?;
-        sqlx::raw_sql(AssertSqlSafe(self.schema_sql(table)))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        if !table.columns().is_empty() {
-            let existing: Vec<String> =
-                sqlx::query_scalar(AssertSqlSafe(Query::TableColumns.render(table)))
-                    .bind(table.name())
-                    .bind(table.schema().unwrap_or("main"))
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-            // SQLite compares column names case-insensitively.
-            for column in table.columns().iter().filter(|c| {
-                !existing
-                    .iter()
-                    .any(|name| name.eq_ignore_ascii_case(c.name()))
-            }) {
-                sqlx::raw_sql(AssertSqlSafe(sql::add_column(table, column)))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-            }
-        }
-        tx.commit().await.map_err(map_err)
+        migrate::run(
+            &self.pool,
+            self.migrations.outbox,
+            MigrationStream::Outbox,
+            table,
+        )
+        .await
+    }
+
+    fn migrations(&self, stream: MigrationStream) -> &[hare_outbox_core::migration::Migration] {
+        self.migrations.of(stream)
+    }
+
+    fn migration_sql(&self, stream: MigrationStream, table: &OutboxTable, applied: i64) -> String {
+        migrate::sql(self.migrations.of(stream), stream, table, applied)
+    }
+
+    async fn migration_status(
+        &self,
+        stream: MigrationStream,
+        table: &OutboxTable,
+    ) -> Result<Vec<MigrationStatus>> {
+        migrate::status(&self.pool, self.migrations.of(stream), stream, table).await
     }
 
     /// Begins a `BEGIN IMMEDIATE` transaction on the pool: it takes the write lock at once,
@@ -813,16 +835,17 @@ impl CaptureBackend for SqliteBackend {
 #[async_trait]
 impl InboxBackend for SqliteBackend {
     fn inbox_schema_sql(&self, table: &OutboxTable) -> String {
-        inbox::schema_sql(table)
+        self.migration_sql(MigrationStream::Inbox, table, 0)
     }
 
     async fn inbox_migrate(&self, table: &OutboxTable) -> Result<()> {
-        let mut tx = self.begin_immediate().await?;
-        sqlx::raw_sql(AssertSqlSafe(inbox::schema_sql(table)))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)
+        migrate::run(
+            &self.pool,
+            self.migrations.inbox,
+            MigrationStream::Inbox,
+            table,
+        )
+        .await
     }
 
     async fn inbox_record(

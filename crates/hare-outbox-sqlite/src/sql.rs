@@ -34,7 +34,6 @@ fn cached(table: &OutboxTable, shape: String, make: impl FnOnce() -> String) -> 
         .clone()
 }
 
-const SCHEMA: &str = include_str!("../queries/schema.sql");
 const EVENT_INSERT: &str = include_str!("../queries/event_insert.sql");
 const EVENT_INSERT_MANY: &str = include_str!("../queries/event_insert_many.sql");
 const EVENT_GET: &str = include_str!("../queries/event_get.sql");
@@ -87,7 +86,6 @@ pub(crate) fn rows_per_insert(extra: usize) -> usize {
 /// The statements of the backend.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Query {
-    Schema,
     EventInsert,
     EventInsertMany,
     EventGet,
@@ -117,7 +115,6 @@ pub(crate) enum Query {
 impl Query {
     fn template(self) -> &'static str {
         match self {
-            Query::Schema => SCHEMA,
             Query::EventInsert => EVENT_INSERT,
             Query::EventInsertMany => EVENT_INSERT_MANY,
             Query::EventGet => EVENT_GET,
@@ -149,59 +146,65 @@ impl Query {
 
     /// The statement's text for `table`, with `more` placeholders filled as well.
     fn render_with(self, table: &OutboxTable, more: &[(&str, String)]) -> String {
-        let name = table.name();
-        let table_name = quote_ident(name);
-        let (qualified, schema_prefix) = match table.schema() {
-            Some(schema) => {
-                let prefix = format!("{}.", quote_ident(schema));
-                (format!("{prefix}{table_name}"), prefix)
-            }
-            None => (table_name.clone(), String::new()),
-        };
-        let index = |suffix: &str| quote_ident(&format!("{name}_{suffix}"));
-        let columns = COLUMNS
-            .iter()
-            .map(|c| (*c).to_owned())
-            .chain(table.columns().iter().map(|c| quote_ident(c.name())))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let extra_column_defs: String = table
-            .columns()
-            .iter()
-            .map(|c| format!(",\n    {}", column_def(c, false)))
-            .collect();
-        let (idempotency_key_unique, idempotency_constraint) = match table.idempotency_scope() {
-            // The column constraint of every table created before scopes existed: the same
-            // UNIQUE (idempotency_key), and the same DDL for a table without extra columns.
-            IdempotencyScope::Table => (" UNIQUE".to_owned(), String::new()),
-            IdempotencyScope::PerTenant => (
-                String::new(),
-                format!(
-                    ",\n    CONSTRAINT {} UNIQUE ({}, idempotency_key)",
-                    index("tenant_idempotency_key_key"),
-                    quote_ident(table.tenant_column().unwrap_or_default())
-                ),
-            ),
-            IdempotencyScope::None => (String::new(), String::new()),
-        };
-        let mut values = vec![
-            ("table", qualified),
-            ("table_name", table_name),
-            ("schema_prefix", schema_prefix),
-            ("pending_idx", index("pending_idx")),
-            ("pending_key_idx", index("pending_key_idx")),
-            ("published_idx", index("published_idx")),
-            ("dead_idx", index("dead_idx")),
-            ("topic_idx", index("topic_idx")),
-            ("columns", columns),
-            ("idempotency_key_unique", idempotency_key_unique),
-            ("extra_column_defs", extra_column_defs),
-            ("idempotency_constraint", idempotency_constraint),
-            ("on_conflict", on_conflict(table)),
-        ];
-        values.extend(more.iter().cloned());
-        render(self.template(), &values)
+        render_table(self.template(), table, more)
     }
+}
+
+/// `template` (a statement or a migration) for `table`, with the placeholders of every statement
+/// and `more` filled.
+pub(crate) fn render_table(template: &str, table: &OutboxTable, more: &[(&str, String)]) -> String {
+    let name = table.name();
+    let table_name = quote_ident(name);
+    let (qualified, schema_prefix) = match table.schema() {
+        Some(schema) => {
+            let prefix = format!("{}.", quote_ident(schema));
+            (format!("{prefix}{table_name}"), prefix)
+        }
+        None => (table_name.clone(), String::new()),
+    };
+    let index = |suffix: &str| quote_ident(&format!("{name}_{suffix}"));
+    let columns = COLUMNS
+        .iter()
+        .map(|c| (*c).to_owned())
+        .chain(table.columns().iter().map(|c| quote_ident(c.name())))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let extra_column_defs: String = table
+        .columns()
+        .iter()
+        .map(|c| format!(",\n    {}", column_def(c, false)))
+        .collect();
+    let (idempotency_key_unique, idempotency_constraint) = match table.idempotency_scope() {
+        // The column constraint of every table created before scopes existed: the same
+        // UNIQUE (idempotency_key), and the same DDL for a table without extra columns.
+        IdempotencyScope::Table => (" UNIQUE".to_owned(), String::new()),
+        IdempotencyScope::PerTenant => (
+            String::new(),
+            format!(
+                ",\n    CONSTRAINT {} UNIQUE ({}, idempotency_key)",
+                index("tenant_idempotency_key_key"),
+                quote_ident(table.tenant_column().unwrap_or_default())
+            ),
+        ),
+        IdempotencyScope::None => (String::new(), String::new()),
+    };
+    let mut replacements = vec![
+        ("table", qualified),
+        ("table_name", table_name),
+        ("schema_prefix", schema_prefix),
+        ("pending_idx", index("pending_idx")),
+        ("pending_key_idx", index("pending_key_idx")),
+        ("published_idx", index("published_idx")),
+        ("dead_idx", index("dead_idx")),
+        ("topic_idx", index("topic_idx")),
+        ("columns", columns),
+        ("idempotency_key_unique", idempotency_key_unique),
+        ("extra_column_defs", extra_column_defs),
+        ("idempotency_constraint", idempotency_constraint),
+        ("on_conflict", on_conflict(table)),
+    ];
+    replacements.extend(more.iter().cloned());
+    render(template, &replacements)
 }
 
 /// `ON CONFLICT` for the table's idempotency scope (nothing when keys have no unique constraint).
@@ -396,7 +399,7 @@ mod tests {
     #[test]
     fn schema_qualified_index_names_the_table_without_schema() {
         let table = OutboxTable::parse("billing.events").expect("valid name");
-        let sql = Query::Schema.render(&table);
+        let sql = render_table(crate::migrate::OUTBOX[0].template, &table, &[]);
         assert!(
             sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"events\" ("),
             "{sql}"
@@ -426,8 +429,8 @@ mod tests {
             with_result_column(Query::EventMarkDeliveredResult, &table, "tenant"),
             with_result_column(Query::EventMarkFailedResult, &table, "tenant"),
         ];
+        rendered.push(render_table(crate::migrate::OUTBOX[0].template, &table, &[]).into());
         for query in [
-            Query::Schema,
             Query::EventGet,
             Query::EventGetByIdempotencyKeys,
             Query::EventLeaseExtend,
@@ -472,7 +475,7 @@ mod tests {
                 .expect("tenant")
         };
         let table = base();
-        let sql = Query::Schema.render(&table);
+        let sql = render_table(crate::migrate::OUTBOX[0].template, &table, &[]);
         assert!(sql.contains("idempotency_key TEXT UNIQUE,"), "{sql}");
         assert!(
             sql.contains(
@@ -486,7 +489,7 @@ mod tests {
         let per_tenant = base()
             .with_idempotency_scope(IdempotencyScope::PerTenant)
             .expect("scope");
-        let sql = Query::Schema.render(&per_tenant);
+        let sql = render_table(crate::migrate::OUTBOX[0].template, &per_tenant, &[]);
         assert!(sql.contains("idempotency_key TEXT,"), "{sql}");
         assert!(
             sql.contains("CONSTRAINT \"outbox_tenant_idempotency_key_key\" UNIQUE (\"tenant_id\", idempotency_key)\n);"),
@@ -500,7 +503,7 @@ mod tests {
         let none = base()
             .with_idempotency_scope(IdempotencyScope::None)
             .expect("scope");
-        let sql = Query::Schema.render(&none);
+        let sql = render_table(crate::migrate::OUTBOX[0].template, &none, &[]);
         assert!(
             !sql.contains("UNIQUE (") && sql.contains("idempotency_key TEXT,"),
             "{sql}"

@@ -1,7 +1,8 @@
 //! The shared conformance suite (`hare_outbox_testkit::conformance`) on SQLite, each scenario
 //! on a fresh database file.
 
-use hare_outbox_core::OutboxTable;
+use hare_outbox_core::migration::Migration;
+use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_sqlite::SqliteBackend;
 use hare_outbox_testkit::conformance::harness::update_sql;
 use hare_outbox_testkit::conformance::{Cell, Harness};
@@ -94,6 +95,18 @@ impl Harness for Lite {
     async fn triggers(&self) -> i64 {
         self.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
             .await
+    }
+
+    fn unversioned_outbox_ddl() -> Option<&'static str> {
+        Some(include_str!("fixtures/unversioned_outbox.sql"))
+    }
+
+    fn with_migrations(
+        backend: SqliteBackend,
+        stream: MigrationStream,
+        migrations: &'static [Migration],
+    ) -> SqliteBackend {
+        backend.with_migrations(stream, migrations)
     }
 
     async fn close(self) {

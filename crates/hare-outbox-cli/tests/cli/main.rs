@@ -12,6 +12,7 @@ mod demo;
 mod docs;
 mod journal;
 mod kill_loop;
+mod migrations;
 mod relay_pg;
 mod safe_input;
 mod serve;

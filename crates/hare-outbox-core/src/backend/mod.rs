@@ -29,6 +29,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::migration::{Migration, MigrationStatus, MigrationStream};
 use crate::table::OutboxTable;
 pub use params::*;
 
@@ -84,11 +85,37 @@ pub trait Backend: Clone + Send + Sync + 'static {
         self.capabilities().name
     }
 
-    /// The DDL of `table`: the table and its indexes, idempotent (`IF NOT EXISTS`).
+    /// The DDL of `table` for an empty database: every version of the outbox migrations, each
+    /// with its row in the record of applied migrations; idempotent (`IF NOT EXISTS`).
     fn schema_sql(&self, table: &OutboxTable) -> String;
 
-    /// Applies [`Backend::schema_sql`]; safe to run concurrently and repeatedly.
+    /// Applies the pending outbox migrations of `table`, each in a transaction of its own with its
+    /// record; adopts a table created before migrations were versioned as version 1. Safe to run
+    /// concurrently and repeatedly.
     async fn migrate(&self, table: &OutboxTable) -> Result<()>;
+
+    /// The versions of `stream` this backend runs, oldest first (its numbered files).
+    fn migrations(&self, stream: MigrationStream) -> &[Migration];
+
+    /// The SQL of the versions of `stream` after version `applied` (0: none applied), each with
+    /// its record, as `migrate` would run them for `table`; when none is left, only what every
+    /// `migrate` runs (PostgreSQL: the idempotent `ADD COLUMN IF NOT EXISTS` of declared extra
+    /// columns), often nothing. Pure: connects to nothing.
+    fn migration_sql(&self, stream: MigrationStream, table: &OutboxTable, applied: i64) -> String;
+
+    /// Every version of `stream` this backend knows, oldest first, with when the database
+    /// applied it to `table` (pending: `None`). Only reads; a database without the record has
+    /// every version pending.
+    ///
+    /// # Errors
+    /// [`Error::Migration`](crate::Error::Migration) when the record disagrees with this build
+    /// ([`migration::status`](crate::migration::status)); [`Error::Database`](crate::Error::Database)
+    /// when it cannot be read.
+    async fn migration_status(
+        &self,
+        stream: MigrationStream,
+        table: &OutboxTable,
+    ) -> Result<Vec<MigrationStatus>>;
 
     /// Begins a transaction on the backend's pool.
     async fn begin(&self) -> Result<Self::Transaction>;

@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
+use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{
-    Backend, CaptureBackend, DeliveryError, FnDelivery, InboxBackend, JournalBackend, Outbox,
-    OutboxEvent, OutboxMessage, OutboxTable, RelayConfig,
+    Backend, CaptureBackend, DeliveryError, FnDelivery, InboxBackend, JournalBackend,
+    MigrationStream, Outbox, OutboxEvent, OutboxMessage, OutboxTable, RelayConfig,
 };
 use serde_json::json;
 
@@ -92,6 +93,19 @@ pub trait Harness: Sized + 'static {
 
     /// How many triggers the database holds (capture installs its own).
     fn triggers(&self) -> impl Future<Output = i64>;
+
+    /// The DDL the backend's `migrate` ran before migrations were versioned, for an outbox table
+    /// named `outbox` without extra columns (a frozen copy); `None` for a backend that had
+    /// versioned migrations from its start.
+    fn unversioned_outbox_ddl() -> Option<&'static str>;
+
+    /// `backend` running `migrations` as the versions of `stream` instead of its own (the
+    /// backend's hidden `with_migrations`).
+    fn with_migrations(
+        backend: Self::Backend,
+        stream: MigrationStream,
+        migrations: &'static [Migration],
+    ) -> Self::Backend;
 
     /// Drops the database.
     fn close(self) -> impl Future<Output = ()>;

@@ -21,6 +21,7 @@ pub mod inbox;
 pub mod journal;
 pub mod lease_order;
 pub mod marks;
+pub mod migrations;
 pub mod relay;
 pub mod runs;
 pub mod statements;
@@ -146,6 +147,13 @@ macro_rules! suite {
                 install_refuses_bad_declarations_and_installs_nothing,
                 payload_modes_keys_before_and_after_changes,
                 skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
+            ],
+            migrations: [
+                a_failing_version_leaves_the_versions_before_it_applied,
+                a_table_made_before_versions_is_adopted_and_later_versions_apply,
+                an_edited_record_is_refused_naming_the_version,
+                concurrent_migrates_apply_each_version_once,
+                migrate_records_each_version_once_and_status_reads_them,
             ],
             inbox: [
                 a_duplicate_is_skipped_and_a_rollback_forgotten,
