@@ -5,7 +5,7 @@ use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::conformance::harness::update_sql;
-use hare_outbox_testkit::conformance::{Cell, Harness};
+use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::pg::TestSchema;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
@@ -34,6 +34,14 @@ impl Harness for Pg {
     async fn execute(&self, sql: &str) {
         let mut conn = self.acquire().await;
         Self::execute_on(&mut conn, sql).await;
+    }
+
+    async fn try_execute_on(conn: &mut PgConnection, sql: &str) -> Result<(), String> {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     async fn execute_on(conn: &mut PgConnection, sql: &str) {
@@ -84,6 +92,28 @@ impl Harness for Pg {
         .await
         .expect("insert a hand-written row");
         1
+    }
+
+    async fn reshape_outbox(&self, reshape: Reshape) {
+        self.execute(match reshape {
+            Reshape::Loosen => {
+                "ALTER TABLE outbox ALTER COLUMN id DROP NOT NULL, ALTER COLUMN topic TYPE text"
+            }
+            Reshape::TightenNote => {
+                "ALTER TABLE outbox ALTER COLUMN note SET NOT NULL, \
+                 ADD CONSTRAINT note_short CHECK (length(note) < 5)"
+            }
+        })
+        .await;
+    }
+
+    async fn refuse_bad_loans(&self) {
+        self.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.status = 'bad' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NULL; END $$;
+             CREATE TRIGGER zz_refuse AFTER INSERT ON loans FOR EACH ROW EXECUTE FUNCTION refuse();",
+        )
+        .await;
     }
 
     async fn triggers(&self) -> i64 {

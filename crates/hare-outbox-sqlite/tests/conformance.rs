@@ -5,7 +5,7 @@ use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_sqlite::SqliteBackend;
 use hare_outbox_testkit::conformance::harness::update_sql;
-use hare_outbox_testkit::conformance::{Cell, Harness};
+use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Sqlite, SqliteConnection};
@@ -35,6 +35,14 @@ impl Harness for Lite {
     async fn execute(&self, sql: &str) {
         let mut conn = self.acquire().await;
         Self::execute_on(&mut conn, sql).await;
+    }
+
+    async fn try_execute_on(conn: &mut SqliteConnection, sql: &str) -> Result<(), String> {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     async fn execute_on(conn: &mut SqliteConnection, sql: &str) {
@@ -90,6 +98,41 @@ impl Harness for Lite {
             .expect("insert a hand-written row");
         }
         2
+    }
+
+    /// SQLite alters no column: the empty table is made again from its own DDL, edited, with
+    /// its indexes.
+    async fn reshape_outbox(&self, reshape: Reshape) {
+        let (from, to) = match reshape {
+            Reshape::Loosen => ("id TEXT NOT NULL UNIQUE", "id TEXT UNIQUE"),
+            Reshape::TightenNote => (
+                "\"note\" TEXT",
+                "\"note\" TEXT NOT NULL CONSTRAINT note_short CHECK (length(\"note\") < 5)",
+            ),
+        };
+        let schema: Vec<(String, String)> = sqlx::query_as(
+            "SELECT type, sql FROM sqlite_master WHERE tbl_name = 'outbox' AND sql IS NOT NULL \
+             ORDER BY type = 'index'",
+        )
+        .fetch_all(&self.0.pool)
+        .await
+        .expect("read the schema of outbox");
+        assert_eq!(schema[0].0, "table", "{schema:?}");
+        let table = schema[0].1.replacen(from, to, 1);
+        assert_ne!(table, schema[0].1, "{from} is not in {table}");
+        self.execute("DROP TABLE outbox").await;
+        self.execute(&table).await;
+        for (_, index) in &schema[1..] {
+            self.execute(index).await;
+        }
+    }
+
+    async fn refuse_bad_loans(&self) {
+        self.execute(
+            "CREATE TRIGGER zz_refuse AFTER INSERT ON loans WHEN NEW.status = 'bad'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        .await;
     }
 
     async fn triggers(&self) -> i64 {

@@ -34,6 +34,16 @@ pub enum Cell {
     Json(String),
 }
 
+/// A change [`Harness::reshape_outbox`] makes to the table `outbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reshape {
+    /// `id` may be NULL and `topic` takes text of any length (a table made by hand).
+    Loosen,
+    /// The extra column `note` is NOT NULL and shorter than 5 characters, by a CHECK named
+    /// `note_short` (a table a user's migration tightened).
+    TightenNote,
+}
+
 /// One backend's test database for one scenario: opened fresh (its own PostgreSQL schema, its
 /// own SQLite file), dropped by [`Harness::close`].
 ///
@@ -72,6 +82,13 @@ pub trait Harness: Sized + 'static {
         sql: &str,
     ) -> impl Future<Output = ()> + Send;
 
+    /// Runs `sql` (as [`Harness::execute_on`]) on `conn`; the database's refusal is returned as
+    /// its message, for a statement the scenario expects to fail.
+    fn try_execute_on(
+        conn: &mut <Self::Backend as Backend>::Conn,
+        sql: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+
     /// The first column of the first row of `sql` as an integer (`SELECT count(*) …`).
     fn scalar(&self, sql: &str) -> impl Future<Output = i64>;
 
@@ -90,6 +107,15 @@ pub trait Harness: Sized + 'static {
     /// that is not JSON, a time that is not one, JSON nested past the reader's depth limit);
     /// returns how many.
     fn insert_unreadable(&self, table: &OutboxTable, key: &str) -> impl Future<Output = i64>;
+
+    /// Changes the migrated, still empty table `outbox` as another program or a user's own
+    /// migration may have (see [`Reshape`]); indexes stay.
+    fn reshape_outbox(&self, reshape: Reshape) -> impl Future<Output = ()>;
+
+    /// Creates on the table `loans` (of [`LOANS`](super::capture::LOANS)) a row trigger
+    /// `zz_refuse` that runs after capture's own and fails the statement for a row inserted with
+    /// status `bad`.
+    fn refuse_bad_loans(&self) -> impl Future<Output = ()>;
 
     /// How many triggers the database holds (capture installs its own).
     fn triggers(&self) -> impl Future<Output = i64>;

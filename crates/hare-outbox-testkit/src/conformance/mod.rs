@@ -12,9 +12,11 @@ use chrono::{DateTime, Utc};
 use hare_outbox_core::OutboxTable;
 
 pub mod capture;
+pub mod capture_writes;
 pub mod cleanup_backlog;
 pub mod dead_letters;
 pub mod enqueue;
+pub mod hand_written;
 pub mod harness;
 pub mod idempotency;
 pub mod inbox;
@@ -22,11 +24,12 @@ pub mod journal;
 pub mod lease_order;
 pub mod marks;
 pub mod migrations;
+pub mod observers;
 pub mod relay;
 pub mod runs;
 pub mod statements;
 
-pub use harness::{Cell, EventState, Harness};
+pub use harness::{Cell, EventState, Harness, Reshape};
 
 /// A timestamp column of the outbox table a suite sets directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +135,10 @@ macro_rules! suite {
                 relay_events_reach_observers_and_metrics,
                 with_one_event_per_key_the_relay_delivers_in_order_retries_dead_letters_and_holds_back_the_dead_key,
             ],
+            hand_written: [
+                foreign_key_not_null_and_check_violations_are_integrity_errors,
+                hand_written_rows_are_dead_lettered_with_the_reason_and_never_delivered,
+            ],
             dead_letters: [
                 retry_without_ids_takes_every_dead_letter_of_the_topics_and_nothing_published,
                 retrying_a_dead_letter_releases_its_key,
@@ -147,6 +154,23 @@ macro_rules! suite {
                 install_refuses_bad_declarations_and_installs_nothing,
                 payload_modes_keys_before_and_after_changes,
                 skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
+            ],
+            capture_writes: [
+                a_many_to_many_link_table_is_just_a_table,
+                a_statement_failing_after_the_trigger_fired_leaves_no_event,
+                another_outbox_shaped_table_is_refused,
+                cascades_and_set_null_done_by_the_database_are_captured,
+                composite_key_is_an_object_and_joins_the_ordering_key,
+                fields_limit_the_rows_and_updates_of_other_columns_write_nothing,
+                multi_row_update_and_delete_by_hand_written_sql,
+                quotes_in_names_labels_and_templates_cannot_break_out,
+                rollback_to_savepoint_takes_that_parts_events,
+                unordered_capture_writes_no_ordering_key,
+                upserts_capture_updated_inserted_or_nothing,
+            ],
+            observers: [
+                a_failure_whose_mark_changed_nothing_is_not_reported,
+                observer_events_name_table_and_model_and_failures_log_at_their_level,
             ],
             migrations: [
                 a_failing_version_leaves_the_versions_before_it_applied,
