@@ -170,19 +170,3 @@ async fn a_schema_qualified_table_lives_in_the_attached_database() {
             .expect("main tables");
     assert_eq!(in_main, 0);
 }
-
-#[tokio::test]
-async fn a_sequence_is_never_reused_after_cleanup() {
-    let (db, outbox) = setup("hare_outbox").await;
-    let mut last = 0;
-    for n in 0..3 {
-        last = enqueue(&outbox, message("t", None, n)).await.sequence;
-    }
-    assert_eq!(last, 3);
-    sqlx::query("DELETE FROM hare_outbox")
-        .execute(&db.pool)
-        .await
-        .expect("cleanup");
-    let next = enqueue(&outbox, message("t", None, 4)).await;
-    assert_eq!(next.sequence, 4);
-}

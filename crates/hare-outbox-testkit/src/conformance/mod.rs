@@ -25,6 +25,7 @@ pub mod lease_order;
 pub mod marks;
 pub mod migrations;
 pub mod observers;
+pub mod ordering;
 pub mod relay;
 pub mod runs;
 pub mod statements;
@@ -171,6 +172,12 @@ macro_rules! suite {
             observers: [
                 a_failure_whose_mark_changed_nothing_is_not_reported,
                 observer_events_name_table_and_model_and_failures_log_at_their_level,
+            ],
+            ordering: [
+                a_per_call_wakeup_is_signalled_after_commit_instead_of_the_outbox_one,
+                a_poison_event_holds_back_only_its_key,
+                a_sequence_is_never_reused_after_cleanup,
+                strict_messages_keep_sequence_order_and_need_a_key,
             ],
             migrations: [
                 a_failing_version_leaves_the_versions_before_it_applied,
