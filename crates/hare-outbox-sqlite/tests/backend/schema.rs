@@ -1,7 +1,6 @@
-//! The DDL: columns, indexes, idempotence, attached schemas, sequences never reused.
+//! The DDL: columns, indexes, idempotence, attached schemas. (Concurrent migrations from two
+//! pools: `tests/migrations.rs`; sequences never reused: the shared suite.)
 
-use hare_outbox_core::{Backend, OutboxTable};
-use hare_outbox_sqlite::SqliteBackend;
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqlitePoolOptions;
@@ -97,19 +96,6 @@ async fn migrate_twice_is_fine_and_the_schema_has_every_column_and_index() {
         pending.contains("WHERE published_at IS NULL AND dead_lettered_at IS NULL"),
         "{pending}"
     );
-}
-
-#[tokio::test]
-async fn concurrent_migrations_from_two_pools_both_succeed() {
-    let db = TestDb::new(2).await;
-    let other = db.connect(2).await;
-    let table = OutboxTable::default();
-    let a = SqliteBackend::new(db.pool.clone());
-    let b = SqliteBackend::new(other);
-    let (ra, rb) = tokio::join!(a.migrate(&table), b.migrate(&table));
-    ra.expect("first pool migrates");
-    rb.expect("second pool migrates");
-    assert_eq!(count(&db.pool, "hare_outbox").await, 0);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Rows and tables another program made: rows holding what the library never writes are
 //! dead-lettered at lease time with the reason, never delivered, and hold back their key; a table
 //! a user's own migration tightened (a foreign key, NOT NULL, CHECK) refuses the enqueue with
-//! `Error::Integrity` and nothing is written.
+//! `Error::Integrity` and nothing is written; a value no database can store (NUL) is refused
+//! before writing.
 
 // A suite fails its test by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -225,4 +226,24 @@ pub async fn foreign_key_not_null_and_check_violations_are_integrity_errors<H: H
     )
     .await;
     assert_eq!(h.scalar("SELECT count(*) FROM outbox").await, 1);
+}
+
+/// A payload string holding NUL (U+0000), which PostgreSQL cannot store, is refused on every
+/// backend before anything is written, naming the path of the value.
+pub async fn a_nul_character_is_refused_before_writing<H: Harness>(h: &H) {
+    let outbox = outbox(h).await;
+    let mut conn = h.acquire().await;
+    let e = outbox
+        .enqueue(
+            &mut conn,
+            OutboxMessage::new("t", json!({"note": "a\u{0}b"})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Validation { field, message } if field == "payload" && message.contains("$.note")),
+        "{e}"
+    );
+    drop(conn);
+    assert_eq!(h.scalar("SELECT count(*) FROM outbox").await, 0);
 }

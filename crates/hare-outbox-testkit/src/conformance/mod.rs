@@ -137,6 +137,7 @@ macro_rules! suite {
                 with_one_event_per_key_the_relay_delivers_in_order_retries_dead_letters_and_holds_back_the_dead_key,
             ],
             hand_written: [
+                a_nul_character_is_refused_before_writing,
                 foreign_key_not_null_and_check_violations_are_integrity_errors,
                 hand_written_rows_are_dead_lettered_with_the_reason_and_never_delivered,
             ],
@@ -196,6 +197,18 @@ macro_rules! suite {
                 one_delete_takes_one_batch_oldest_first_and_nothing_younger_than_the_cut_off,
             ],
         );
+        $crate::suite!(@outbox $harness;
+            runs: [
+                a_dead_head_holds_back_only_its_key,
+                a_failure_inside_a_run_releases_the_rest_unattempted,
+                a_failure_inside_an_ordered_batch_releases_the_rest,
+                a_hot_key_drains_in_ordered_runs,
+                a_lease_takes_concurrency_keys_whose_runs_fill_the_batch,
+                a_poll_that_leased_anything_polls_again_at_once,
+                one_event_per_key_when_runs_are_off,
+                the_walk_over_keys_serves_every_key_in_turn,
+            ],
+        );
         $crate::suite!(@journal $harness;
             rows: [
                 every_filter_alone_and_combined,
@@ -240,6 +253,21 @@ macro_rules! suite {
                 async fn $backend() {
                     let h = <$harness as Harness>::open().await;
                     suite::$backend(h.backend()).await;
+                    h.close().await;
+                }
+            )*
+        }
+    };
+    (@outbox $harness:ident; $module:ident: [$($name:ident),* $(,)?] $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::conformance::{Harness, harness::outbox};
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = <$harness as Harness>::open().await;
+                    $crate::conformance::$module::$name(&outbox(&h).await).await;
                     h.close().await;
                 }
             )*
