@@ -4,7 +4,7 @@
 use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_postgres::PgBackend;
-use hare_outbox_testkit::conformance::harness::update_sql;
+use hare_outbox_testkit::conformance::harness::{scalar, try_execute, update_sql};
 use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::pg::TestSchema;
 use sqlx::pool::PoolConnection;
@@ -31,31 +31,12 @@ impl Harness for Pg {
         self.0.pool.acquire().await.expect("acquire")
     }
 
-    async fn execute(&self, sql: &str) {
-        let mut conn = self.acquire().await;
-        Self::execute_on(&mut conn, sql).await;
-    }
-
     async fn try_execute_on(conn: &mut PgConnection, sql: &str) -> Result<(), String> {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
-            .execute(conn)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    async fn execute_on(conn: &mut PgConnection, sql: &str) {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
-            .execute(conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        try_execute(conn, sql).await
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
-            .fetch_one(&self.0.pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        scalar(&self.0.pool, sql).await
     }
 
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {

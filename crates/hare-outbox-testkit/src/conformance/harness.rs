@@ -73,23 +73,35 @@ pub trait Harness: Sized + 'static {
 
     /// Runs `sql`, one or more statements (separated by `;`) without parameters in SQL both
     /// backends accept (`CREATE TABLE` with portable types, `INSERT … VALUES` with literals,
-    /// `UPDATE … SET col = NULL`).
-    fn execute(&self, sql: &str) -> impl Future<Output = ()>;
+    /// `UPDATE … SET col = NULL`), on a connection of the pool.
+    fn execute(&self, sql: &str) -> impl Future<Output = ()> {
+        async move {
+            let mut conn = self.acquire().await;
+            Self::execute_on(&mut conn, sql).await;
+        }
+    }
 
     /// Runs `sql` (as [`Harness::execute`]) on `conn`, inside whatever transaction it is in.
     fn execute_on(
         conn: &mut <Self::Backend as Backend>::Conn,
         sql: &str,
-    ) -> impl Future<Output = ()> + Send;
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            if let Err(e) = Self::try_execute_on(conn, sql).await {
+                panic!("{sql}: {e}");
+            }
+        }
+    }
 
     /// Runs `sql` (as [`Harness::execute_on`]) on `conn`; the database's refusal is returned as
-    /// its message, for a statement the scenario expects to fail.
+    /// its message, for a statement the scenario expects to fail ([`try_execute`] with sqlx).
     fn try_execute_on(
         conn: &mut <Self::Backend as Backend>::Conn,
         sql: &str,
     ) -> impl Future<Output = Result<(), String>> + Send;
 
-    /// The first column of the first row of `sql` as an integer (`SELECT count(*) …`).
+    /// The first column of the first row of `sql` as an integer (`SELECT count(*) …`;
+    /// [`scalar`] with sqlx).
     fn scalar(&self, sql: &str) -> impl Future<Output = i64>;
 
     /// `UPDATE table SET column = value, … WHERE filter`, binding each value in the backend's
@@ -135,6 +147,48 @@ pub trait Harness: Sized + 'static {
 
     /// Drops the database.
     fn close(self) -> impl Future<Output = ()>;
+}
+
+/// Runs `sql` (statements without parameters) on `executor` of any sqlx database; the
+/// database's refusal is returned as its message. The body of [`Harness::try_execute_on`].
+///
+/// # Errors
+/// The database's error message when a statement fails.
+pub fn try_execute<'e, E>(
+    executor: E,
+    sql: &str,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'e>>
+where
+    E: sqlx::Executor<'e> + 'e,
+{
+    let statements = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()));
+    // Boxed: a future generic over the executor's lifetime is not provably `Send` otherwise.
+    Box::pin(async move {
+        statements
+            .execute(executor)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The first column of the first row of `sql` as an integer, read through `executor` of any
+/// sqlx database. The body of [`Harness::scalar`].
+///
+/// # Panics
+/// When the query fails or returns no row.
+pub async fn scalar<'e, DB, E>(executor: E, sql: &str) -> i64
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(executor)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// The text of [`Harness::update`]: `UPDATE table SET column = <placeholder>, … WHERE filter`,
