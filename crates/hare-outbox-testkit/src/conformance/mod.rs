@@ -16,6 +16,7 @@ pub mod capture_writes;
 pub mod cleanup_backlog;
 pub mod dead_letters;
 pub mod enqueue;
+pub mod extra_columns;
 pub mod hand_written;
 pub mod harness;
 pub mod idempotency;
@@ -174,6 +175,7 @@ macro_rules! suite {
                 a_failure_whose_mark_changed_nothing_is_not_reported,
                 observer_events_name_table_and_model_and_failures_log_at_their_level,
             ],
+            extra_columns: [migrate_adds_missing_extra_columns_to_an_existing_table],
             ordering: [
                 a_per_call_wakeup_is_signalled_after_commit_instead_of_the_outbox_one,
                 a_poison_event_holds_back_only_its_key,
