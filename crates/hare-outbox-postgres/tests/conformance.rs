@@ -4,7 +4,7 @@
 use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_postgres::PgBackend;
-use hare_outbox_testkit::conformance::harness::{scalar, try_execute, update_sql};
+use hare_outbox_testkit::conformance::harness::{run_update, scalar, try_execute};
 use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::pg::TestSchema;
 use sqlx::pool::PoolConnection;
@@ -40,23 +40,12 @@ impl Harness for Pg {
     }
 
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
-        let sql = update_sql(table, filter, set, |n, cell| match cell {
+        let placeholder = |n, cell: &Cell| match cell {
             Cell::Json(_) => format!("${n}::jsonb"),
             _ => format!("${n}"),
-        });
-        let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
-        for (_, cell) in set {
-            query = match cell {
-                Cell::Time(time) => query.bind(*time),
-                Cell::Text(text) => query.bind(text.clone()),
-                Cell::Int(n) => query.bind(*n),
-                Cell::Json(json) => query.bind(json.clone()),
-            };
-        }
-        query
-            .execute(&self.0.pool)
+        };
+        run_update(&self.0.pool, table, filter, set, placeholder)
             .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .rows_affected()
     }
 

@@ -4,7 +4,7 @@
 use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_sqlite::SqliteBackend;
-use hare_outbox_testkit::conformance::harness::{scalar, try_execute, update_sql};
+use hare_outbox_testkit::conformance::harness::{run_update, scalar, try_execute};
 use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::pool::PoolConnection;
@@ -40,23 +40,17 @@ impl Harness for Lite {
         scalar(&self.0.pool, sql).await
     }
 
+    /// Times as the backend's fixed-width UTC text.
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
-        let sql = update_sql(table, filter, set, |n, _| format!("?{n}"));
-        let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
-        for (_, cell) in set {
-            query = match cell {
-                Cell::Time(time) => {
-                    query.bind(time.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()))
-                }
-                Cell::Text(text) => query.bind(text.clone()),
-                Cell::Int(n) => query.bind(*n),
-                Cell::Json(json) => query.bind(json.clone()),
-            };
-        }
-        query
-            .execute(&self.0.pool)
+        let as_text = |cell: &Cell| match cell {
+            Cell::Time(time) => {
+                Cell::Text(time.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()))
+            }
+            other => other.clone(),
+        };
+        let set: Vec<(&str, Cell)> = set.iter().map(|(c, v)| (*c, as_text(v))).collect();
+        run_update(&self.0.pool, table, filter, &set, |n, _| format!("?{n}"))
             .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .rows_affected()
     }
 

@@ -211,6 +211,44 @@ pub fn update_sql(
     )
 }
 
+/// Runs [`Harness::update`] through `executor` of any sqlx database: the text of [`update_sql`]
+/// with `placeholder`, each cell bound as it is (a backend that stores times as text maps
+/// [`Cell::Time`] to [`Cell::Text`] first). Returns the database's result (rows changed).
+///
+/// # Panics
+/// When the statement fails.
+pub async fn run_update<'e, DB, E>(
+    executor: E,
+    table: &OutboxTable,
+    filter: &str,
+    set: &[(&str, Cell)],
+    placeholder: impl Fn(usize, &Cell) -> String,
+) -> DB::QueryResult
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> Option<DateTime<Utc>>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let sql = update_sql(table, filter, set, placeholder);
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+    for (_, cell) in set {
+        query = match cell {
+            Cell::Time(time) => query.bind(*time),
+            Cell::Text(text) => query.bind(text.clone()),
+            Cell::Int(n) => query.bind(*n),
+            Cell::Json(json) => query.bind(json.clone()),
+        };
+    }
+    query
+        .execute(executor)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
 impl<H: Harness> RowEditor for H {
     async fn set_time(
         &self,
