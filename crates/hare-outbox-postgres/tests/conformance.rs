@@ -4,8 +4,8 @@
 use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_postgres::PgBackend;
-use hare_outbox_testkit::conformance::harness::update_sql;
-use hare_outbox_testkit::conformance::{Cell, Harness};
+use hare_outbox_testkit::conformance::harness::{run_update, scalar, try_execute};
+use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::pg::TestSchema;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
@@ -31,43 +31,21 @@ impl Harness for Pg {
         self.0.pool.acquire().await.expect("acquire")
     }
 
-    async fn execute(&self, sql: &str) {
-        let mut conn = self.acquire().await;
-        Self::execute_on(&mut conn, sql).await;
-    }
-
-    async fn execute_on(conn: &mut PgConnection, sql: &str) {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
-            .execute(conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    async fn try_execute_on(conn: &mut PgConnection, sql: &str) -> Result<(), String> {
+        try_execute(conn, sql).await
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
-            .fetch_one(&self.0.pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        scalar(&self.0.pool, sql).await
     }
 
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
-        let sql = update_sql(table, filter, set, |n, cell| match cell {
+        let placeholder = |n, cell: &Cell| match cell {
             Cell::Json(_) => format!("${n}::jsonb"),
             _ => format!("${n}"),
-        });
-        let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
-        for (_, cell) in set {
-            query = match cell {
-                Cell::Time(time) => query.bind(*time),
-                Cell::Text(text) => query.bind(text.clone()),
-                Cell::Int(n) => query.bind(*n),
-                Cell::Json(json) => query.bind(json.clone()),
-            };
-        }
-        query
-            .execute(&self.0.pool)
+        };
+        run_update(&self.0.pool, table, filter, set, placeholder)
             .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .rows_affected()
     }
 
@@ -84,6 +62,28 @@ impl Harness for Pg {
         .await
         .expect("insert a hand-written row");
         1
+    }
+
+    async fn reshape_outbox(&self, reshape: Reshape) {
+        self.execute(match reshape {
+            Reshape::Loosen => {
+                "ALTER TABLE outbox ALTER COLUMN id DROP NOT NULL, ALTER COLUMN topic TYPE text"
+            }
+            Reshape::TightenNote => {
+                "ALTER TABLE outbox ALTER COLUMN note SET NOT NULL, \
+                 ADD CONSTRAINT note_short CHECK (length(note) < 5)"
+            }
+        })
+        .await;
+    }
+
+    async fn refuse_bad_loans(&self) {
+        self.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.status = 'bad' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NULL; END $$;
+             CREATE TRIGGER zz_refuse AFTER INSERT ON loans FOR EACH ROW EXECUTE FUNCTION refuse();",
+        )
+        .await;
     }
 
     async fn triggers(&self) -> i64 {

@@ -1,11 +1,11 @@
-//! Every value the encoding accepts comes back from PostgreSQL exactly as encoded
+//! Every value the encoding accepts comes back from PostgreSQL (`jsonb`) exactly as encoded
 //! (seed 001 § OutboxJsonEncoding; issue: property tests against the database).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 
-use hare_outbox_core::{Error, Outbox, OutboxMessage, OutboxTable};
+use hare_outbox_core::{Outbox, OutboxMessage, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
 use proptest::prelude::*;
@@ -94,33 +94,4 @@ fn integral_floats_compare_by_value() {
     ));
     assert!(!json_eq(&json!(1.5), &json!(1)));
     assert!(!json_eq(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
-}
-
-#[tokio::test]
-async fn a_nul_character_is_refused_before_writing() {
-    let schema = TestSchema::new(2).await;
-    let outbox = Outbox::new(
-        PgBackend::new(schema.pool.clone()),
-        OutboxTable::parse("outbox").unwrap(),
-    );
-    outbox.migrate().await.unwrap();
-    let mut conn = schema.pool.acquire().await.unwrap();
-    let e = outbox
-        .enqueue(
-            &mut conn,
-            OutboxMessage::new("t", json!({"note": "a\u{0}b"})),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, Error::Validation { field, message } if field == "payload" && message.contains("$.note")),
-        "{e}"
-    );
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(n, 0);
-    drop(conn);
-    schema.drop_schema().await;
 }

@@ -9,19 +9,13 @@ use std::time::Duration;
 
 use hare_outbox_core::{Backend, MigrationStream, Outbox, OutboxTable};
 use hare_outbox_postgres::PgBackend;
+use hare_outbox_testkit::conformance::harness::scalar;
 use hare_outbox_testkit::pg::TestSchema;
 use hare_outbox_testkit::wait_for;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
 
 const BOUND: Duration = Duration::from_secs(10);
-
-async fn count(schema: &TestSchema, sql: &str) -> i64 {
-    sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&schema.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
 
 #[tokio::test]
 async fn the_record_lives_in_the_schema_of_its_table() {
@@ -38,16 +32,15 @@ async fn the_record_lives_in_the_schema_of_its_table() {
     there.migrate().await.unwrap();
     let versions = i64::try_from(backend.migrations(MigrationStream::Outbox).len()).unwrap();
     assert_eq!(
-        count(
-            &schema,
+        scalar(
+            &schema.pool,
             "SELECT count(*) FROM hare_outbox_migrations WHERE table_name = 'outbox'"
         )
         .await,
         versions
     );
     assert_eq!(
-        count(
-            &schema,
+        scalar(&schema.pool,
             &format!(
                 "SELECT count(*) FROM \"{other}\".hare_outbox_migrations WHERE table_name = 'outbox'"
             )
@@ -100,8 +93,8 @@ async fn the_lock_is_keyed_by_the_table() {
     .await;
     assert!(!waiting.is_finished());
     assert_eq!(
-        count(
-            &schema,
+        scalar(
+            &schema.pool,
             "SELECT count(*) FROM hare_outbox_migrations WHERE table_name = 'b'"
         )
         .await,
@@ -114,8 +107,8 @@ async fn the_lock_is_keyed_by_the_table() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        count(
-            &schema,
+        scalar(
+            &schema.pool,
             "SELECT count(*) FROM hare_outbox_migrations WHERE table_name = 'b'"
         )
         .await,
@@ -162,8 +155,8 @@ async fn four_migrates_at_once_through_a_transaction_pooler() {
         .unwrap();
     assert!(status.iter().all(|s| !s.is_pending()), "{status:?}");
     assert_eq!(
-        count(
-            &schema,
+        scalar(
+            &schema.pool,
             "SELECT count(*) FROM hare_outbox_migrations WHERE table_name = 'outbox'"
         )
         .await,

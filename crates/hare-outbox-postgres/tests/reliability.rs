@@ -1,5 +1,6 @@
-//! Reliability on PostgreSQL: several relays on one table, lost database connections, poison
-//! events. Each test is bounded in time.
+//! Reliability on PostgreSQL: several relays on one table under row-lock contention, lost
+//! database connections. Each test is bounded in time. (A poison event holding back only its
+//! key is in the shared suite: `conformance::ordering`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hare_outbox_core::{
-    DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
-    RelayConfig,
+    FnDelivery, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig,
 };
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::TestSchema;
@@ -236,88 +236,5 @@ async fn relay_survives_its_connections_being_terminated() {
         "all 100 events, in key order"
     );
     relay_pool.close().await;
-    schema.drop_schema().await;
-}
-
-/// A poison event dead-letters and holds back only its own key; other keys flow meanwhile.
-#[tokio::test]
-async fn a_poison_event_holds_back_only_its_key() {
-    let schema = TestSchema::new(4).await;
-    let outbox = Outbox::new(
-        PgBackend::new(schema.pool.clone()),
-        OutboxTable::parse("outbox").unwrap(),
-    );
-    outbox.migrate().await.unwrap();
-    let mut tx = schema.pool.begin().await.unwrap();
-    for n in 0..20 {
-        let key = format!("k{}", n % 4);
-        let topic = if n == 1 { "poison" } else { "ok" };
-        outbox
-            .enqueue(
-                &mut *tx,
-                OutboxMessage::new(topic, json!({"n": n})).ordering_key(key),
-            )
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
-    let seen = Arc::new(Mutex::new(Vec::<i64>::new()));
-    let sink = seen.clone();
-    let relay = OutboxRelay::new(
-        outbox.clone(),
-        FnDelivery::new(move |e: OutboxEvent| {
-            let sink = sink.clone();
-            async move {
-                if e.topic == "poison" {
-                    return Err(DeliveryError::new("cannot parse"));
-                }
-                sink.lock()
-                    .unwrap()
-                    .push(e.payload["n"].as_i64().unwrap_or(-1));
-                Ok(())
-            }
-        }),
-        fast().with_max_delivery_attempts(3),
-    )
-    .unwrap();
-    relay.start().unwrap();
-    wait_for(
-        "the other keys drained and the poison dead",
-        Duration::from_secs(20),
-        || async {
-            let b = relay.journal().backlog(&[]).await.unwrap();
-            (b.dead_lettered == 1 && seen.lock().unwrap().len() == 15).then_some(())
-        },
-    )
-    .await;
-    let mut got = seen.lock().unwrap().clone();
-    got.sort();
-    let expected: Vec<i64> = (0..20).filter(|n| n % 4 != 1).collect();
-    assert_eq!(
-        got, expected,
-        "k1 (1, 5, 9, 13, 17) waits behind its dead letter"
-    );
-    // Retrying the dead letter (now deliverable) releases the key.
-    sqlx::query("UPDATE outbox SET topic = 'ok' WHERE topic = 'poison'")
-        .execute(&schema.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        relay.journal().retry_dead_lettered(&[], &[]).await.unwrap(),
-        1
-    );
-    wait_for("k1 drained", Duration::from_secs(20), || async {
-        (seen.lock().unwrap().len() == 20).then_some(())
-    })
-    .await;
-    relay.stop().await.unwrap();
-    let order: Vec<i64> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .copied()
-        .filter(|n| n % 4 == 1)
-        .collect();
-    assert_eq!(order, [1, 5, 9, 13, 17]);
     schema.drop_schema().await;
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hare_outbox_core::{Error, Outbox, OutboxMessage, OutboxTable};
+use hare_outbox_core::{Outbox, OutboxMessage, OutboxTable};
 use hare_outbox_postgres::PgBackend;
 use hare_outbox_testkit::pg::{TestSchema, wait_until_blocked};
 use serde_json::json;
@@ -209,25 +209,5 @@ async fn enqueue_many_locks_its_strict_keys_and_a_plain_connection_waits_too() {
         .unwrap();
     assert!(b_sequence > events[1].sequence);
     assert_eq!(committed(&schema).await.len(), 3);
-    schema.drop_schema().await;
-}
-
-#[tokio::test]
-async fn strict_order_without_an_ordering_key_is_refused() {
-    let (schema, outbox) = setup(OutboxTable::parse("outbox").unwrap()).await;
-    let mut conn = schema.pool.acquire().await.unwrap();
-    let error = outbox
-        .enqueue(&mut conn, OutboxMessage::new("a", json!(1)).strict_order())
-        .await
-        .unwrap_err();
-    match error {
-        Error::Validation { field, message } => {
-            assert_eq!(field, "ordering_key");
-            assert!(message.contains("strict_order"), "{message}");
-        }
-        other => panic!("expected a validation error, got {other:?}"),
-    }
-    assert!(committed(&schema).await.is_empty());
-    drop(conn);
     schema.drop_schema().await;
 }

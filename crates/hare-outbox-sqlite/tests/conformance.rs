@@ -4,8 +4,8 @@
 use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{MigrationStream, OutboxTable};
 use hare_outbox_sqlite::SqliteBackend;
-use hare_outbox_testkit::conformance::harness::update_sql;
-use hare_outbox_testkit::conformance::{Cell, Harness};
+use hare_outbox_testkit::conformance::harness::{run_update, scalar, try_execute};
+use hare_outbox_testkit::conformance::{Cell, Harness, Reshape};
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Sqlite, SqliteConnection};
@@ -32,42 +32,25 @@ impl Harness for Lite {
         self.0.pool.acquire().await.expect("acquire")
     }
 
-    async fn execute(&self, sql: &str) {
-        let mut conn = self.acquire().await;
-        Self::execute_on(&mut conn, sql).await;
-    }
-
-    async fn execute_on(conn: &mut SqliteConnection, sql: &str) {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
-            .execute(conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    async fn try_execute_on(conn: &mut SqliteConnection, sql: &str) -> Result<(), String> {
+        try_execute(conn, sql).await
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
-            .fetch_one(&self.0.pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        scalar(&self.0.pool, sql).await
     }
 
+    /// Times as the backend's fixed-width UTC text.
     async fn update(&self, table: &OutboxTable, filter: &str, set: &[(&str, Cell)]) -> u64 {
-        let sql = update_sql(table, filter, set, |n, _| format!("?{n}"));
-        let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
-        for (_, cell) in set {
-            query = match cell {
-                Cell::Time(time) => {
-                    query.bind(time.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()))
-                }
-                Cell::Text(text) => query.bind(text.clone()),
-                Cell::Int(n) => query.bind(*n),
-                Cell::Json(json) => query.bind(json.clone()),
-            };
-        }
-        query
-            .execute(&self.0.pool)
+        let as_text = |cell: &Cell| match cell {
+            Cell::Time(time) => {
+                Cell::Text(time.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()))
+            }
+            other => other.clone(),
+        };
+        let set: Vec<(&str, Cell)> = set.iter().map(|(c, v)| (*c, as_text(v))).collect();
+        run_update(&self.0.pool, table, filter, &set, |n, _| format!("?{n}"))
             .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .rows_affected()
     }
 
@@ -90,6 +73,41 @@ impl Harness for Lite {
             .expect("insert a hand-written row");
         }
         2
+    }
+
+    /// SQLite alters no column: the empty table is made again from its own DDL, edited, with
+    /// its indexes.
+    async fn reshape_outbox(&self, reshape: Reshape) {
+        let (from, to) = match reshape {
+            Reshape::Loosen => ("id TEXT NOT NULL UNIQUE", "id TEXT UNIQUE"),
+            Reshape::TightenNote => (
+                "\"note\" TEXT",
+                "\"note\" TEXT NOT NULL CONSTRAINT note_short CHECK (length(\"note\") < 5)",
+            ),
+        };
+        let schema: Vec<(String, String)> = sqlx::query_as(
+            "SELECT type, sql FROM sqlite_master WHERE tbl_name = 'outbox' AND sql IS NOT NULL \
+             ORDER BY type = 'index'",
+        )
+        .fetch_all(&self.0.pool)
+        .await
+        .expect("read the schema of outbox");
+        assert_eq!(schema[0].0, "table", "{schema:?}");
+        let table = schema[0].1.replacen(from, to, 1);
+        assert_ne!(table, schema[0].1, "{from} is not in {table}");
+        self.execute("DROP TABLE outbox").await;
+        self.execute(&table).await;
+        for (_, index) in &schema[1..] {
+            self.execute(index).await;
+        }
+    }
+
+    async fn refuse_bad_loans(&self) {
+        self.execute(
+            "CREATE TRIGGER zz_refuse AFTER INSERT ON loans WHEN NEW.status = 'bad'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        .await;
     }
 
     async fn triggers(&self) -> i64 {

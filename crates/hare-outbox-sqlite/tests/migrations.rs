@@ -7,16 +7,10 @@
 use hare_outbox_core::migration::Migration;
 use hare_outbox_core::{Backend, Error, MigrationStream, Outbox, OutboxTable};
 use hare_outbox_sqlite::SqliteBackend;
+use hare_outbox_testkit::conformance::harness::scalar;
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, Row};
-
-async fn count(pool: &SqlitePool, sql: &str) -> i64 {
-    sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
 
 #[tokio::test]
 async fn an_attached_database_holds_its_own_record() {
@@ -45,7 +39,7 @@ async fn an_attached_database_holds_its_own_record() {
     billing.migrate().await.unwrap();
     let versions = i64::try_from(backend.migrations(MigrationStream::Outbox).len()).unwrap();
     assert_eq!(
-        count(
+        scalar(
             &pool,
             "SELECT count(*) FROM billing.hare_outbox_migrations WHERE table_name = 'events'"
         )
@@ -53,7 +47,7 @@ async fn an_attached_database_holds_its_own_record() {
         versions
     );
     assert_eq!(
-        count(
+        scalar(
             &pool,
             "SELECT count(*) FROM main.sqlite_master WHERE name = 'hare_outbox_migrations'"
         )
@@ -103,7 +97,7 @@ async fn two_pools_migrate_at_once_and_each_version_runs_once() {
     ra.expect("the first pool migrates");
     rb.expect("the second pool migrates");
     assert_eq!(
-        count(
+        scalar(
             &db.pool,
             "SELECT count(*) FROM hare_outbox_migrations WHERE table_name = 'hare_outbox'"
         )
@@ -111,7 +105,7 @@ async fn two_pools_migrate_at_once_and_each_version_runs_once() {
         i64::try_from(a.backend().migrations(MigrationStream::Outbox).len()).unwrap()
     );
     assert_eq!(
-        count(&db.pool, "SELECT count(note) FROM hare_outbox").await,
+        scalar(&db.pool, "SELECT count(note) FROM hare_outbox").await,
         0
     );
     other.close().await;

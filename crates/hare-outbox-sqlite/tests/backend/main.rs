@@ -5,5 +5,4 @@
 mod common;
 mod enqueue;
 mod enqueue_spec;
-mod runs;
 mod schema;

@@ -1,7 +1,6 @@
-//! The DDL: columns, indexes, idempotence, attached schemas, sequences never reused.
+//! The DDL: columns, indexes, idempotence, attached schemas. (Concurrent migrations from two
+//! pools: `tests/migrations.rs`; sequences never reused: the shared suite.)
 
-use hare_outbox_core::{Backend, OutboxTable};
-use hare_outbox_sqlite::SqliteBackend;
 use hare_outbox_testkit::sqlite::TestDb;
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqlitePoolOptions;
@@ -100,19 +99,6 @@ async fn migrate_twice_is_fine_and_the_schema_has_every_column_and_index() {
 }
 
 #[tokio::test]
-async fn concurrent_migrations_from_two_pools_both_succeed() {
-    let db = TestDb::new(2).await;
-    let other = db.connect(2).await;
-    let table = OutboxTable::default();
-    let a = SqliteBackend::new(db.pool.clone());
-    let b = SqliteBackend::new(other);
-    let (ra, rb) = tokio::join!(a.migrate(&table), b.migrate(&table));
-    ra.expect("first pool migrates");
-    rb.expect("second pool migrates");
-    assert_eq!(count(&db.pool, "hare_outbox").await, 0);
-}
-
-#[tokio::test]
 async fn a_schema_qualified_table_lives_in_the_attached_database() {
     let db = TestDb::new(1).await;
     let attach = format!(
@@ -169,20 +155,4 @@ async fn a_schema_qualified_table_lives_in_the_attached_database() {
             .await
             .expect("main tables");
     assert_eq!(in_main, 0);
-}
-
-#[tokio::test]
-async fn a_sequence_is_never_reused_after_cleanup() {
-    let (db, outbox) = setup("hare_outbox").await;
-    let mut last = 0;
-    for n in 0..3 {
-        last = enqueue(&outbox, message("t", None, n)).await.sequence;
-    }
-    assert_eq!(last, 3);
-    sqlx::query("DELETE FROM hare_outbox")
-        .execute(&db.pool)
-        .await
-        .expect("cleanup");
-    let next = enqueue(&outbox, message("t", None, 4)).await;
-    assert_eq!(next.sequence, 4);
 }

@@ -34,6 +34,16 @@ pub enum Cell {
     Json(String),
 }
 
+/// A change [`Harness::reshape_outbox`] makes to the table `outbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reshape {
+    /// `id` may be NULL and `topic` takes text of any length (a table made by hand).
+    Loosen,
+    /// The extra column `note` is NOT NULL and shorter than 5 characters, by a CHECK named
+    /// `note_short` (a table a user's migration tightened).
+    TightenNote,
+}
+
 /// One backend's test database for one scenario: opened fresh (its own PostgreSQL schema, its
 /// own SQLite file), dropped by [`Harness::close`].
 ///
@@ -63,16 +73,35 @@ pub trait Harness: Sized + 'static {
 
     /// Runs `sql`, one or more statements (separated by `;`) without parameters in SQL both
     /// backends accept (`CREATE TABLE` with portable types, `INSERT … VALUES` with literals,
-    /// `UPDATE … SET col = NULL`).
-    fn execute(&self, sql: &str) -> impl Future<Output = ()>;
+    /// `UPDATE … SET col = NULL`), on a connection of the pool.
+    fn execute(&self, sql: &str) -> impl Future<Output = ()> {
+        async move {
+            let mut conn = self.acquire().await;
+            Self::execute_on(&mut conn, sql).await;
+        }
+    }
 
     /// Runs `sql` (as [`Harness::execute`]) on `conn`, inside whatever transaction it is in.
     fn execute_on(
         conn: &mut <Self::Backend as Backend>::Conn,
         sql: &str,
-    ) -> impl Future<Output = ()> + Send;
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            if let Err(e) = Self::try_execute_on(conn, sql).await {
+                panic!("{sql}: {e}");
+            }
+        }
+    }
 
-    /// The first column of the first row of `sql` as an integer (`SELECT count(*) …`).
+    /// Runs `sql` (as [`Harness::execute_on`]) on `conn`; the database's refusal is returned as
+    /// its message, for a statement the scenario expects to fail ([`try_execute`] with sqlx).
+    fn try_execute_on(
+        conn: &mut <Self::Backend as Backend>::Conn,
+        sql: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// The first column of the first row of `sql` as an integer (`SELECT count(*) …`;
+    /// [`scalar`] with sqlx).
     fn scalar(&self, sql: &str) -> impl Future<Output = i64>;
 
     /// `UPDATE table SET column = value, … WHERE filter`, binding each value in the backend's
@@ -90,6 +119,15 @@ pub trait Harness: Sized + 'static {
     /// that is not JSON, a time that is not one, JSON nested past the reader's depth limit);
     /// returns how many.
     fn insert_unreadable(&self, table: &OutboxTable, key: &str) -> impl Future<Output = i64>;
+
+    /// Changes the migrated, still empty table `outbox` as another program or a user's own
+    /// migration may have (see [`Reshape`]); indexes stay.
+    fn reshape_outbox(&self, reshape: Reshape) -> impl Future<Output = ()>;
+
+    /// Creates on the table `loans` (of [`LOANS`](super::capture::LOANS)) a row trigger
+    /// `zz_refuse` that runs after capture's own and fails the statement for a row inserted with
+    /// status `bad`.
+    fn refuse_bad_loans(&self) -> impl Future<Output = ()>;
 
     /// How many triggers the database holds (capture installs its own).
     fn triggers(&self) -> impl Future<Output = i64>;
@@ -111,6 +149,48 @@ pub trait Harness: Sized + 'static {
     fn close(self) -> impl Future<Output = ()>;
 }
 
+/// Runs `sql` (statements without parameters) on `executor` of any sqlx database; the
+/// database's refusal is returned as its message. The body of [`Harness::try_execute_on`].
+///
+/// # Errors
+/// The database's error message when a statement fails.
+pub fn try_execute<'e, E>(
+    executor: E,
+    sql: &str,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'e>>
+where
+    E: sqlx::Executor<'e> + 'e,
+{
+    let statements = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()));
+    // Boxed: a future generic over the executor's lifetime is not provably `Send` otherwise.
+    Box::pin(async move {
+        statements
+            .execute(executor)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The first column of the first row of `sql` as an integer, read through `executor` of any
+/// sqlx database. The body of [`Harness::scalar`].
+///
+/// # Panics
+/// When the query fails or returns no row.
+pub async fn scalar<'e, DB, E>(executor: E, sql: &str) -> i64
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(executor)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
 /// The text of [`Harness::update`]: `UPDATE table SET column = <placeholder>, … WHERE filter`,
 /// each placeholder written by `placeholder` from the value's 1-based position and the value
 /// (`$1::jsonb`, `?1`).
@@ -129,6 +209,44 @@ pub fn update_sql(
         "UPDATE {table} SET {} WHERE {filter}",
         assignments.join(", ")
     )
+}
+
+/// Runs [`Harness::update`] through `executor` of any sqlx database: the text of [`update_sql`]
+/// with `placeholder`, each cell bound as it is (a backend that stores times as text maps
+/// [`Cell::Time`] to [`Cell::Text`] first). Returns the database's result (rows changed).
+///
+/// # Panics
+/// When the statement fails.
+pub async fn run_update<'e, DB, E>(
+    executor: E,
+    table: &OutboxTable,
+    filter: &str,
+    set: &[(&str, Cell)],
+    placeholder: impl Fn(usize, &Cell) -> String,
+) -> DB::QueryResult
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> Option<DateTime<Utc>>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let sql = update_sql(table, filter, set, placeholder);
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+    for (_, cell) in set {
+        query = match cell {
+            Cell::Time(time) => query.bind(*time),
+            Cell::Text(text) => query.bind(text.clone()),
+            Cell::Int(n) => query.bind(*n),
+            Cell::Json(json) => query.bind(json.clone()),
+        };
+    }
+    query
+        .execute(executor)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 impl<H: Harness> RowEditor for H {

@@ -12,9 +12,12 @@ use chrono::{DateTime, Utc};
 use hare_outbox_core::OutboxTable;
 
 pub mod capture;
+pub mod capture_writes;
 pub mod cleanup_backlog;
 pub mod dead_letters;
 pub mod enqueue;
+pub mod extra_columns;
+pub mod hand_written;
 pub mod harness;
 pub mod idempotency;
 pub mod inbox;
@@ -22,11 +25,13 @@ pub mod journal;
 pub mod lease_order;
 pub mod marks;
 pub mod migrations;
+pub mod observers;
+pub mod ordering;
 pub mod relay;
 pub mod runs;
 pub mod statements;
 
-pub use harness::{Cell, EventState, Harness};
+pub use harness::{Cell, EventState, Harness, Reshape};
 
 /// A timestamp column of the outbox table a suite sets directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +137,11 @@ macro_rules! suite {
                 relay_events_reach_observers_and_metrics,
                 with_one_event_per_key_the_relay_delivers_in_order_retries_dead_letters_and_holds_back_the_dead_key,
             ],
+            hand_written: [
+                a_nul_character_is_refused_before_writing,
+                foreign_key_not_null_and_check_violations_are_integrity_errors,
+                hand_written_rows_are_dead_lettered_with_the_reason_and_never_delivered,
+            ],
             dead_letters: [
                 retry_without_ids_takes_every_dead_letter_of_the_topics_and_nothing_published,
                 retrying_a_dead_letter_releases_its_key,
@@ -148,6 +158,30 @@ macro_rules! suite {
                 payload_modes_keys_before_and_after_changes,
                 skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
             ],
+            capture_writes: [
+                a_many_to_many_link_table_is_just_a_table,
+                a_statement_failing_after_the_trigger_fired_leaves_no_event,
+                another_outbox_shaped_table_is_refused,
+                cascades_and_set_null_done_by_the_database_are_captured,
+                composite_key_is_an_object_and_joins_the_ordering_key,
+                fields_limit_the_rows_and_updates_of_other_columns_write_nothing,
+                multi_row_update_and_delete_by_hand_written_sql,
+                quotes_in_names_labels_and_templates_cannot_break_out,
+                rollback_to_savepoint_takes_that_parts_events,
+                unordered_capture_writes_no_ordering_key,
+                upserts_capture_updated_inserted_or_nothing,
+            ],
+            observers: [
+                a_failure_whose_mark_changed_nothing_is_not_reported,
+                observer_events_name_table_and_model_and_failures_log_at_their_level,
+            ],
+            extra_columns: [migrate_adds_missing_extra_columns_to_an_existing_table],
+            ordering: [
+                a_per_call_wakeup_is_signalled_after_commit_instead_of_the_outbox_one,
+                a_poison_event_holds_back_only_its_key,
+                a_sequence_is_never_reused_after_cleanup,
+                strict_messages_keep_sequence_order_and_need_a_key,
+            ],
             migrations: [
                 a_failing_version_leaves_the_versions_before_it_applied,
                 a_table_made_before_versions_is_adopted_and_later_versions_apply,
@@ -163,6 +197,18 @@ macro_rules! suite {
                 backlog_reports_pending_oldest_age_and_dead_letters,
                 cleanup_deletes_in_batches_without_blocking_writers,
                 one_delete_takes_one_batch_oldest_first_and_nothing_younger_than_the_cut_off,
+            ],
+        );
+        $crate::suite!(@outbox $harness;
+            runs: [
+                a_dead_head_holds_back_only_its_key,
+                a_failure_inside_a_run_releases_the_rest_unattempted,
+                a_failure_inside_an_ordered_batch_releases_the_rest,
+                a_hot_key_drains_in_ordered_runs,
+                a_lease_takes_concurrency_keys_whose_runs_fill_the_batch,
+                a_poll_that_leased_anything_polls_again_at_once,
+                one_event_per_key_when_runs_are_off,
+                the_walk_over_keys_serves_every_key_in_turn,
             ],
         );
         $crate::suite!(@journal $harness;
@@ -209,6 +255,21 @@ macro_rules! suite {
                 async fn $backend() {
                     let h = <$harness as Harness>::open().await;
                     suite::$backend(h.backend()).await;
+                    h.close().await;
+                }
+            )*
+        }
+    };
+    (@outbox $harness:ident; $module:ident: [$($name:ident),* $(,)?] $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::conformance::{Harness, harness::outbox};
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let h = <$harness as Harness>::open().await;
+                    $crate::conformance::$module::$name(&outbox(&h).await).await;
                     h.close().await;
                 }
             )*

@@ -1,43 +1,40 @@
-//! Relay observer events carry the outbox table and the model label, and each outcome is logged at
-//! its level: a retried failure at WARN, a dead letter at ERROR.
+//! What a relay's observer is told and what it logs: each event names the outbox table and the
+//! model label, a retried failure is logged at WARN and a dead letter at ERROR, and a failure
+//! whose mark changed nothing (the lease had gone to another relay) is neither reported nor
+//! recorded.
 
+// A suite fails its test by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hare_outbox_core::{
-    DeliveryError, FnDelivery, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
-    RelayConfig, RelayEvent,
+    Backend, DeliveryError, FnDelivery, OutboxEvent, OutboxMessage, OutboxRelay, RelayConfig,
+    RelayEvent,
 };
-use hare_outbox_sqlite::SqliteBackend;
-use hare_outbox_testkit::logs::Logs;
-use hare_outbox_testkit::sqlite::TestDb;
-use hare_outbox_testkit::wait_for;
 use serde_json::json;
 
-#[tokio::test(flavor = "current_thread")]
-async fn observer_events_name_table_and_model_and_failures_log_at_their_level() {
+use super::harness::{Harness, enqueue, outbox, outbox_in, plain, stored};
+use crate::logs::Logs;
+use crate::wait_for;
+
+/// A delivered event and a refused one dead-lettered on its second attempt: the observer gets
+/// `Delivered`, `DeliveryFailed` and `DeadLettered` with the table, the model label (from the
+/// payload's `model`), attempts and the error; one WARN line for the failure and one ERROR line
+/// for the dead letter, each naming the event.
+pub async fn observer_events_name_table_and_model_and_failures_log_at_their_level<H: Harness>(
+    h: &H,
+) {
     let (logs, _guard) = Logs::capture();
-    let db = TestDb::new(2).await;
-    let outbox = Outbox::new(
-        SqliteBackend::new(db.pool.clone()),
-        OutboxTable::parse("observed_outbox").unwrap(),
-    );
-    outbox.migrate().await.unwrap();
-    let mut conn = db.pool.acquire().await.unwrap();
-    let ok = outbox
-        .enqueue(
-            &mut conn,
-            OutboxMessage::new("loan.updated", json!({"model": "library.Loan", "pk": 7})),
-        )
-        .await
-        .unwrap();
-    let poison = outbox
-        .enqueue(&mut conn, OutboxMessage::new("poison", json!({"n": 1})))
-        .await
-        .unwrap();
-    drop(conn);
+    let outbox = outbox_in(h, plain("observed_outbox")).await;
+    let ok = enqueue(
+        h,
+        &outbox,
+        OutboxMessage::new("loan.updated", json!({"model": "library.Loan", "pk": 7})),
+    )
+    .await;
+    let poison = enqueue(h, &outbox, OutboxMessage::new("poison", json!({"n": 1}))).await;
 
     let observed = Arc::new(Mutex::new(Vec::new()));
     let o = observed.clone();
@@ -120,59 +117,40 @@ async fn observer_events_name_table_and_model_and_failures_log_at_their_level() 
     }
 
     let id = poison.id.to_string();
-    assert_eq!(
-        logs.lines("WARN", "delivery failed").len(),
-        1,
-        "{}",
-        logs.text()
-    );
+    let at = |level: &str, needle: &str| logs.lines(level, needle);
+    assert_eq!(at("WARN", "delivery failed").len(), 1, "{}", logs.text());
     assert!(
-        logs.lines("WARN", &id)
+        at("WARN", &id)
             .iter()
             .any(|l| l.contains("delivery failed"))
     );
     assert_eq!(
-        logs.lines("ERROR", "event dead-lettered").len(),
+        at("ERROR", "event dead-lettered").len(),
         1,
         "{}",
         logs.text()
     );
-    assert!(
-        logs.lines("ERROR", &id)
-            .iter()
-            .any(|l| l.contains("dead-lettered"))
-    );
-    assert!(logs.lines("ERROR", "delivery failed").is_empty());
+    assert!(at("ERROR", &id).iter().any(|l| l.contains("dead-lettered")));
+    assert!(at("ERROR", "delivery failed").is_empty());
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_failure_whose_mark_changed_nothing_is_not_reported() {
-    let db = TestDb::new(2).await;
-    let outbox = Outbox::new(
-        SqliteBackend::new(db.pool.clone()),
-        OutboxTable::parse("outbox").unwrap(),
-    );
-    outbox.migrate().await.unwrap();
-    let mut conn = db.pool.acquire().await.unwrap();
-    let event = outbox
-        .enqueue(&mut conn, OutboxMessage::new("t", json!(1)))
-        .await
-        .unwrap();
-    drop(conn);
-
+/// A delivery fails after its lease went to another relay: the failure mark changes nothing, so
+/// the observer hears nothing and the event's attempts stay 0.
+pub async fn a_failure_whose_mark_changed_nothing_is_not_reported<H: Harness>(h: &H) {
+    let outbox = outbox(h).await;
+    let event = enqueue(h, &outbox, OutboxMessage::new("t", json!(1))).await;
     let observed = Arc::new(Mutex::new(Vec::new()));
     let o = observed.clone();
-    let pool = db.pool.clone();
+    let backend = h.backend();
     let relay = OutboxRelay::new(
         outbox.clone(),
         FnDelivery::new(move |_e: OutboxEvent| {
-            let pool = pool.clone();
+            let backend = backend.clone();
             async move {
                 // Meanwhile the lease went to another relay.
-                sqlx::query("UPDATE outbox SET leased_by = 'another-relay'")
-                    .execute(&pool)
-                    .await
-                    .unwrap();
+                let mut tx = backend.begin().await.unwrap();
+                H::execute_on(&mut tx, "UPDATE outbox SET leased_by = 'another-relay'").await;
+                backend.commit(tx).await.unwrap();
                 Err(DeliveryError::new("refused"))
             }
         }),
@@ -182,6 +160,9 @@ async fn a_failure_whose_mark_changed_nothing_is_not_reported() {
     .with_observer(move |e: &RelayEvent| o.lock().unwrap().push(e.clone()));
     relay.poll_once().await.unwrap();
     assert!(observed.lock().unwrap().is_empty(), "{observed:?}");
-    let stored = outbox.get(event.id).await.unwrap().unwrap();
-    assert_eq!(stored.attempts, 0, "the failure was not recorded either");
+    assert_eq!(
+        stored(&outbox, &event).await.attempts,
+        0,
+        "the failure was not recorded either"
+    );
 }
