@@ -8,10 +8,10 @@
 //!
 //! ```
 //! use hare_outbox_core::journal::{EventQuery, Journal};
-//! use hare_outbox_core::{Backend, EventStatus, OutboxTable};
+//! use hare_outbox_core::{EventStatus, JournalBackend, OutboxTable};
 //!
 //! /// Prints the dead letters of the `doc.` topics, two pages of 50.
-//! async fn dead_letters(backend: impl Backend) -> hare_outbox_core::Result<()> {
+//! async fn dead_letters(backend: impl JournalBackend) -> hare_outbox_core::Result<()> {
 //! let journal = Journal::new(backend, OutboxTable::parse("hare_outbox")?);
 //! let query = EventQuery::new()
 //!     .with_topics(&["doc.*"])?

@@ -69,7 +69,7 @@ impl OutboxMessage {
     /// Sets an extra column of the outbox table (tenant, foreign key, …) to a typed value. Setting
     /// a column twice keeps the last value. Enqueue refuses a column the table does not declare, a
     /// value of the wrong type and the columns enqueue and the relay own
-    /// ([`OWNED_COLUMNS`](crate::extra::OWNED_COLUMNS)).
+    /// ([`OWNED_COLUMNS`]).
     pub fn extra(mut self, column: impl Into<String>, value: impl Into<ExtraValue>) -> Self {
         let column = column.into();
         let value = value.into();
