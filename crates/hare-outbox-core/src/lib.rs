@@ -22,8 +22,11 @@ pub mod wakeup;
 pub use backend::Backend;
 pub use backend::Backlog;
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
-pub use delivery::{Delivery, DeliveryReport, FnDelivery, JsonLinesDelivery, TopicRouter};
-pub use error::{BoxError, DeliveryError, Error, Result};
+pub use delivery::{
+    Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery, JsonLinesDelivery,
+    TopicRouter,
+};
+pub use error::{BoxError, DeliveryError, DeliveryErrorKind, Error, Result};
 pub use event::{
     EVENT_ID_HEADER, EventStatus, MAX_KEY_CHARS, OutboxEvent, StoredRow, TOPIC_HEADER,
 };
@@ -33,8 +36,9 @@ pub use journal::{EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
 pub use outbox::{Outbox, OutboxTransaction};
 pub use relay::{
-    CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay,
-    PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats,
+    BreakerConfig, BreakerState, CONCURRENCY_RANGE, DestinationStatus, Destinations,
+    MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay, PollOutcome, RelayConfig,
+    RelayEvent, RelayObserver, RelayStats,
 };
 pub use table::{IdempotencyScope, OutboxTable};
 pub use topic::{TopicFilter, TopicPattern};
