@@ -1006,9 +1006,12 @@ fn section_settings(
         .into_iter()
         .find(|k| !allowed.contains(k) && !DESTINATION_KEYS.contains(k))
     {
-        let mut keys: Vec<&str> = allowed.to_vec();
-        keys.extend(DESTINATION_KEYS);
-        let keys = keys.join(", ");
+        let keys = if allowed.is_empty() {
+            "none besides kind".to_owned()
+        } else {
+            allowed.join(", ")
+        };
+        let keys = format!("{keys} (and in every kind {})", DESTINATION_KEYS.join(", "));
         return Err(usage(format!(
             "{key} does not apply to kind = \"{}\"; the keys of that kind: {keys}",
             kind.name()
