@@ -322,6 +322,24 @@ impl Delivery for RedisStreamsDelivery {
     }
 }
 
+/// How a Redis error counts for the relay: an outage when the connection failed or Redis says to
+/// retry (I/O errors, timeouts, refused or dropped connections, `LOADING`, `TRYAGAIN`,
+/// `MASTERDOWN`, cluster errors, a failed authentication); otherwise the event's own fault (a
+/// stream key of another type, say).
+pub fn error_kind(error: &redis::RedisError) -> DeliveryErrorKind {
+    let outage = error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_cluster_error()
+        || !matches!(error.retry_method(), redis::RetryMethod::NoRetry);
+    if outage {
+        DeliveryErrorKind::Outage
+    } else {
+        DeliveryErrorKind::Event
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,23 +406,5 @@ mod tests {
         let text = format!("{d:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("127.0.0.1:6379 db 3"), "{text}");
-    }
-}
-
-/// How a Redis error counts for the relay: an outage when the connection failed or Redis says to
-/// retry (I/O errors, timeouts, refused or dropped connections, `LOADING`, `TRYAGAIN`,
-/// `MASTERDOWN`, cluster errors, a failed authentication); otherwise the event's own fault (a
-/// stream key of another type, say).
-pub fn error_kind(error: &redis::RedisError) -> DeliveryErrorKind {
-    let outage = error.is_io_error()
-        || error.is_timeout()
-        || error.is_connection_refusal()
-        || error.is_connection_dropped()
-        || error.is_cluster_error()
-        || !matches!(error.retry_method(), redis::RetryMethod::NoRetry);
-    if outage {
-        DeliveryErrorKind::Outage
-    } else {
-        DeliveryErrorKind::Event
     }
 }
