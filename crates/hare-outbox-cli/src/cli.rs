@@ -217,6 +217,20 @@ pub struct BacklogArgs {
     #[arg(long, value_name = "N", env = "HARE_OUTBOX_BACKLOG_MAX_DEAD")]
     pub max_dead: Option<u64>,
 
+    /// Ask the relay serving this --http address (http://127.0.0.1:8080) for its open
+    /// destinations (circuit breakers live in the relay process) [config: [backlog] relay_url]
+    #[arg(long, value_name = "URL", env = "HARE_OUTBOX_BACKLOG_RELAY_URL")]
+    pub relay: Option<String>,
+
+    /// Exit 4 when more than N of the relay's destinations are open; needs --relay [config:
+    /// [backlog] max_open_destinations]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "HARE_OUTBOX_BACKLOG_MAX_OPEN_DESTINATIONS"
+    )]
+    pub max_open_destinations: Option<u64>,
+
     /// Print one JSON object instead of a line of text
     #[arg(long)]
     pub json: bool,

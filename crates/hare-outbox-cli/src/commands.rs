@@ -216,10 +216,15 @@ async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Resu
 pub async fn relay(
     settings: &Settings,
     create_table: bool,
+    destinations: hare_outbox::Destinations,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let database = settings.database()?;
-    let delivery = settings.delivery.build()?;
+    let delivery = settings.delivery.build_for_relay(
+        &settings.delivery_name,
+        &settings.delivery_options,
+        &settings.relay.breaker,
+    )?;
     // Validate before connecting, so a config mistake is reported as one.
     settings.relay.validate()?;
     settings.wakeup.check_backend(database.kind)?;
@@ -263,18 +268,42 @@ pub async fn relay(
                     tracing::warn!(
                         "database_transaction_pooler = true and [wakeup] kind = \"listen_notify\" without listen_url: LISTEN cannot go through a transaction pooler, so this relay does not LISTEN and polls every poll_interval_seconds; set [wakeup] listen_url to a direct connection"
                     );
-                    return relay_on(outbox, settings, delivery, create_table, shutdown).await;
+                    return relay_on(
+                        outbox,
+                        settings,
+                        delivery,
+                        create_table,
+                        destinations,
+                        shutdown,
+                    )
+                    .await;
                 }
                 outbox = outbox.with_wakeup(wakeup)?;
             }
-            relay_on(outbox, settings, delivery, create_table, shutdown).await
+            relay_on(
+                outbox,
+                settings,
+                delivery,
+                create_table,
+                destinations,
+                shutdown,
+            )
+            .await
         }
         Db::Sqlite(backend) => {
             let mut outbox = Outbox::new(backend, settings.table.clone());
             if let Some(wakeup) = broker_wakeup {
                 outbox = outbox.with_shared_wakeup(wakeup)?;
             }
-            relay_on(outbox, settings, delivery, create_table, shutdown).await
+            relay_on(
+                outbox,
+                settings,
+                delivery,
+                create_table,
+                destinations,
+                shutdown,
+            )
+            .await
         }
     }
 }
@@ -284,6 +313,7 @@ async fn relay_on<B: Backend>(
     settings: &Settings,
     delivery: std::sync::Arc<dyn hare_outbox::Delivery>,
     create_table: bool,
+    destinations: hare_outbox::Destinations,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if create_table {
@@ -301,7 +331,7 @@ async fn relay_on<B: Backend>(
         lease_seconds = config.lease.as_secs_f64(),
         "relay starting"
     );
-    let relay = OutboxRelay::new(outbox, delivery, config)?;
+    let relay = OutboxRelay::new(outbox, delivery, config)?.with_destinations(destinations);
     relay.run(shutdown).await?;
     let stats = relay.stats();
     tracing::info!(

@@ -101,6 +101,14 @@ pub struct RelaySection {
     /// A nullable JSON column of the outbox table that keeps each event's last delivery record
     /// (the webhook's `{status_code, body, error}`); `migrate` adds it.
     pub result_column: Option<String>,
+    /// The circuit breaker of every destination on or off (default on).
+    pub breaker: Option<bool>,
+    /// Consecutive outage failures that open a destination, 1 to 10000 (default 5).
+    pub breaker_failure_threshold: Option<i64>,
+    /// The first wait before a probe of an open destination, in seconds (default 1).
+    pub breaker_probe_interval_seconds: Option<f64>,
+    /// The longest wait between probes, in seconds (default 60).
+    pub breaker_probe_interval_max_seconds: Option<f64>,
 }
 
 /// Which backend a database URL selects.
@@ -158,6 +166,10 @@ pub struct Settings {
     pub relay: RelayConfig,
     /// The delivery.
     pub delivery: DeliverySettings,
+    /// The destination name of a single delivery (`delivery`, or the `default_delivery` name).
+    pub delivery_name: String,
+    /// The circuit breaker and rate limit of a single delivery.
+    pub delivery_options: crate::delivery::DestinationOptions,
     /// The wake-up of the relay.
     pub wakeup: WakeupSettings,
     /// The `[[capture]]` entries with `[capture_defaults]` merged in, in file order; deserialized,
@@ -284,7 +296,7 @@ pub fn resolve(
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let delivery = crate::delivery::resolve(
+    let resolved = crate::delivery::resolve(
         DeliveryConfig {
             delivery: file.delivery,
             deliveries: file.deliveries,
@@ -296,6 +308,15 @@ pub fn resolve(
         &mut warnings,
     )
     .with_context(|| format!("delivery config{in_file}"))?;
+    resolved
+        .settings
+        .check_options(&resolved.options, &relay.breaker)
+        .with_context(|| format!("delivery config{in_file}"))?;
+    let crate::delivery::ResolvedDelivery {
+        settings: delivery,
+        name: delivery_name,
+        options: delivery_options,
+    } = resolved;
     let wakeup = crate::wakeup::resolve(file.wakeup.as_ref(), &base_dir, env, &mut warnings)
         .with_context(|| format!("[wakeup]{in_file}"))?;
     let captures = captures(file.capture_defaults.as_ref(), file.capture, &in_file)?;
@@ -312,6 +333,8 @@ pub fn resolve(
         table,
         relay,
         delivery,
+        delivery_name,
+        delivery_options,
         wakeup,
         captures,
         warnings,
@@ -420,6 +443,50 @@ fn count<T: TryFrom<i64>>(key: &str, value: i64, allowed: &str) -> anyhow::Resul
     T::try_from(value).map_err(|_| usage(format!("{key} = {value} is not allowed; use {allowed}")))
 }
 
+/// The circuit breaker of `[relay]`: the defaults with what the section sets.
+///
+/// # Errors
+/// A usage error naming the key and the values allowed.
+fn breaker_config(section: &RelaySection) -> anyhow::Result<hare_outbox::BreakerConfig> {
+    let mut breaker = hare_outbox::BreakerConfig::default();
+    if let Some(on) = section.breaker {
+        breaker = breaker.with_enabled(on);
+    }
+    if let Some(v) = section.breaker_failure_threshold {
+        let max = hare_outbox::relay::MAX_FAILURE_THRESHOLD;
+        let n: u32 = count("breaker_failure_threshold", v, &format!("1 to {max}"))?;
+        if !(1..=max).contains(&n) {
+            return Err(usage(format!(
+                "breaker_failure_threshold = {v} is out of range; allowed 1 to {max}"
+            )));
+        }
+        breaker = breaker.with_failure_threshold(n);
+    }
+    let min = hare_outbox::relay::MIN_PROBE_INTERVAL;
+    if let Some(v) = section.breaker_probe_interval_seconds {
+        breaker = breaker.with_probe_interval(seconds_at_least(
+            "breaker_probe_interval_seconds",
+            v,
+            min,
+        )?);
+    }
+    if let Some(v) = section.breaker_probe_interval_max_seconds {
+        breaker = breaker.with_probe_interval_max(seconds_at_least(
+            "breaker_probe_interval_max_seconds",
+            v,
+            min,
+        )?);
+    }
+    if breaker.probe_interval_max < breaker.probe_interval {
+        return Err(usage(format!(
+            "breaker_probe_interval_max_seconds = {} is below breaker_probe_interval_seconds = {}; allowed: at least the first interval (defaults 60 and 1)",
+            breaker.probe_interval_max.as_secs_f64(),
+            breaker.probe_interval.as_secs_f64()
+        )));
+    }
+    Ok(breaker)
+}
+
 /// Builds and validates the relay options.
 ///
 /// # Errors
@@ -493,6 +560,7 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
     if let Some(column) = &section.result_column {
         config = config.with_result_column(column.clone());
     }
+    config = config.with_breaker(breaker_config(section)?);
     if config.delivery_timeout >= config.lease {
         return Err(usage(format!(
             "delivery_timeout_seconds = {} must be below lease_seconds = {}{}: a lease that expires mid-delivery lets another relay deliver the event again",

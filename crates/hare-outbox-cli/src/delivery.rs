@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
-use hare_outbox::{Delivery, DeliveryError, JsonLinesDelivery, OutboxEvent, TopicRouter};
+use hare_outbox::{
+    BreakerConfig, Delivery, DeliveryError, Destination, JsonLinesDelivery, OutboxEvent,
+    TopicRouter,
+};
 use serde::Deserialize;
 
 use crate::config::{non_empty, seconds};
@@ -101,6 +104,167 @@ pub struct DeliverySection {
     pub topic_prefix: Option<String>,
     /// taskiq: the queue the worker reads (default `taskiq`; a task's `queue_name` label wins).
     pub queue: Option<String>,
+    /// Every kind: this delivery's circuit breaker on or off, instead of `[relay] breaker`.
+    pub breaker: Option<bool>,
+    /// Every kind: consecutive outage failures that open it, instead of `[relay]`'s.
+    pub breaker_failure_threshold: Option<i64>,
+    /// Every kind: the first wait before a probe, in seconds, instead of `[relay]`'s.
+    pub breaker_probe_interval_seconds: Option<f64>,
+    /// Every kind: the longest wait between probes, in seconds, instead of `[relay]`'s.
+    pub breaker_probe_interval_max_seconds: Option<f64>,
+    /// Every kind: at most this many sends per second (fractions allowed); default no limit.
+    pub max_per_second: Option<f64>,
+}
+
+/// The keys every kind of delivery section takes: its circuit breaker and rate limit.
+const DESTINATION_KEYS: [&str; 5] = [
+    "breaker",
+    "breaker_failure_threshold",
+    "breaker_probe_interval_seconds",
+    "breaker_probe_interval_max_seconds",
+    "max_per_second",
+];
+
+/// The circuit breaker and rate limit one delivery section sets; what it leaves unset comes
+/// from `[relay]` (the breaker) or is off (the rate limit).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DestinationOptions {
+    /// `breaker`.
+    pub enabled: Option<bool>,
+    /// `breaker_failure_threshold`.
+    pub failure_threshold: Option<u32>,
+    /// `breaker_probe_interval_seconds`.
+    pub probe_interval: Option<Duration>,
+    /// `breaker_probe_interval_max_seconds`.
+    pub probe_interval_max: Option<Duration>,
+    /// `max_per_second`.
+    pub max_per_second: Option<f64>,
+}
+
+impl DestinationOptions {
+    /// The section's options, checked one by one.
+    ///
+    /// # Errors
+    /// A usage error naming the key and what is allowed.
+    fn of(section: &DeliverySection) -> anyhow::Result<DestinationOptions> {
+        let failure_threshold = section
+            .breaker_failure_threshold
+            .map(|v| {
+                u32::try_from(v)
+                    .ok()
+                    .filter(|v| (1..=hare_outbox::relay::MAX_FAILURE_THRESHOLD).contains(v))
+                    .ok_or_else(|| {
+                        usage(format!(
+                            "breaker_failure_threshold = {v} is out of range; allowed 1 to {}",
+                            hare_outbox::relay::MAX_FAILURE_THRESHOLD
+                        ))
+                    })
+            })
+            .transpose()?;
+        let probe = |key: &str, value: Option<f64>| -> anyhow::Result<Option<Duration>> {
+            value
+                .map(|v| {
+                    let d = seconds(key, v, false)?;
+                    if d < hare_outbox::relay::MIN_PROBE_INTERVAL {
+                        return Err(usage(format!(
+                            "{key} = {v} is out of range; allowed {} or more (seconds)",
+                            hare_outbox::relay::MIN_PROBE_INTERVAL.as_secs_f64()
+                        )));
+                    }
+                    Ok(d)
+                })
+                .transpose()
+        };
+        let max_per_second = section
+            .max_per_second
+            .map(|v| {
+                hare_outbox::relay::check_max_per_second(v)
+                    .map(|()| v)
+                    .map_err(|_| {
+                        usage(format!(
+                            "max_per_second = {v} is not allowed; use a number of sends per second above 0 and at most {} (0.5 = one send every 2 s)",
+                            hare_outbox::relay::MAX_PER_SECOND
+                        ))
+                    })
+            })
+            .transpose()?;
+        Ok(DestinationOptions {
+            enabled: section.breaker,
+            failure_threshold,
+            probe_interval: probe(
+                "breaker_probe_interval_seconds",
+                section.breaker_probe_interval_seconds,
+            )?,
+            probe_interval_max: probe(
+                "breaker_probe_interval_max_seconds",
+                section.breaker_probe_interval_max_seconds,
+            )?,
+            max_per_second,
+        })
+    }
+
+    /// The breaker of this section: `base` (the relay's) with what the section sets; `None` when
+    /// it sets nothing of the breaker.
+    pub fn breaker(&self, base: &BreakerConfig) -> Option<BreakerConfig> {
+        if self.enabled.is_none()
+            && self.failure_threshold.is_none()
+            && self.probe_interval.is_none()
+            && self.probe_interval_max.is_none()
+        {
+            return None;
+        }
+        let mut config = base.clone();
+        if let Some(enabled) = self.enabled {
+            config = config.with_enabled(enabled);
+        }
+        if let Some(n) = self.failure_threshold {
+            config = config.with_failure_threshold(n);
+        }
+        if let Some(d) = self.probe_interval {
+            config = config.with_probe_interval(d);
+        }
+        if let Some(d) = self.probe_interval_max {
+            config = config.with_probe_interval_max(d);
+        }
+        Some(config)
+    }
+
+    /// Checks the section's breaker merged with the relay's.
+    ///
+    /// # Errors
+    /// A usage error naming the keys, e.g. a longest probe interval below the first.
+    pub fn check(&self, base: &BreakerConfig) -> anyhow::Result<()> {
+        if let Some(config) = self.breaker(base)
+            && config.probe_interval_max < config.probe_interval
+        {
+            return Err(usage(format!(
+                "breaker_probe_interval_max_seconds = {} is below breaker_probe_interval_seconds = {} (with what [relay] sets); allowed: at least the first interval",
+                config.probe_interval_max.as_secs_f64(),
+                config.probe_interval.as_secs_f64()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `delivery` as the destination `name` with these options over `base`.
+    ///
+    /// # Errors
+    /// A configuration error the destination refuses (none after [`DestinationOptions::check`]).
+    pub fn wrap(
+        &self,
+        name: &str,
+        delivery: Arc<dyn Delivery>,
+        base: &BreakerConfig,
+    ) -> anyhow::Result<Arc<dyn Delivery>> {
+        let mut destination = Destination::new(name, delivery)?;
+        if let Some(config) = self.breaker(base) {
+            destination = destination.with_breaker(config)?;
+        }
+        if let Some(rate) = self.max_per_second {
+            destination = destination.with_max_per_second(rate)?;
+        }
+        Ok(Arc::new(destination))
+    }
 }
 
 /// The kinds of delivery.
@@ -245,6 +409,20 @@ impl DeliverySection {
             ("password_file", self.password_file.is_some()),
             ("topic_prefix", self.topic_prefix.is_some()),
             ("queue", self.queue.is_some()),
+            ("breaker", self.breaker.is_some()),
+            (
+                "breaker_failure_threshold",
+                self.breaker_failure_threshold.is_some(),
+            ),
+            (
+                "breaker_probe_interval_seconds",
+                self.breaker_probe_interval_seconds.is_some(),
+            ),
+            (
+                "breaker_probe_interval_max_seconds",
+                self.breaker_probe_interval_max_seconds.is_some(),
+            ),
+            ("max_per_second", self.max_per_second.is_some()),
         ]
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
@@ -508,6 +686,25 @@ pub struct RouterSettings {
     pub routes: Vec<(String, String)>,
     /// The default: a named delivery, or the `[delivery]` section (named `[delivery]`).
     pub default: Option<(String, Box<DeliverySettings>)>,
+    /// The circuit breaker and rate limit of each delivery, by name (`[delivery]` included).
+    pub options: BTreeMap<String, DestinationOptions>,
+}
+
+/// The destination name of the `[delivery]` section in logs, metrics and `/healthz`.
+pub const MAIN_DESTINATION: &str = "delivery";
+
+/// The deliveries the file describes, resolved: one delivery or a router, and for one delivery
+/// its destination name and circuit breaker and rate-limit options.
+#[derive(Debug)]
+pub struct ResolvedDelivery {
+    /// The delivery or the router.
+    pub settings: DeliverySettings,
+    /// The destination name of a single delivery: `delivery` for `[delivery]`, else the name of
+    /// the `[deliveries.NAME]` section that `default_delivery` names.
+    pub name: String,
+    /// Its circuit breaker and rate limit (a router's deliveries keep theirs in
+    /// [`RouterSettings::options`]).
+    pub options: DestinationOptions,
 }
 
 /// What the file says about deliveries: `[delivery]`, `[deliveries.*]`, `[[route]]`,
@@ -535,7 +732,7 @@ pub fn resolve(
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
-) -> anyhow::Result<DeliverySettings> {
+) -> anyhow::Result<ResolvedDelivery> {
     let DeliveryConfig {
         delivery,
         deliveries,
@@ -543,12 +740,24 @@ pub fn resolve(
         default_delivery,
     } = config;
     let routed = !routes.is_empty() || !deliveries.is_empty() || default_delivery.is_some();
+    let main_options = delivery
+        .as_ref()
+        .map(DestinationOptions::of)
+        .transpose()
+        .context("[delivery]")?
+        .unwrap_or_default();
     if !routed {
-        return main_section(delivery, base_dir, env, warnings)
-            .with_context(|| "[delivery]".to_owned());
+        let settings = main_section(delivery, base_dir, env, warnings)
+            .with_context(|| "[delivery]".to_owned())?;
+        return Ok(ResolvedDelivery {
+            settings,
+            name: MAIN_DESTINATION.to_owned(),
+            options: main_options,
+        });
     }
 
     let mut named = BTreeMap::new();
+    let mut options = BTreeMap::new();
     for (name, section) in deliveries {
         if name.is_empty() {
             return Err(usage(
@@ -562,6 +771,10 @@ pub fn resolve(
                 kinds_allowed()
             ))
         })?;
+        options.insert(
+            name.clone(),
+            DestinationOptions::of(&section).context(what.clone())?,
+        );
         let settings =
             section_settings(kind, section, None, base_dir, env, warnings).context(what)?;
         named.insert(name, settings);
@@ -603,6 +816,7 @@ pub fn resolve(
             if section.is_some() || has_env {
                 let settings = main_section(section, base_dir, env, warnings)
                     .with_context(|| "[delivery]".to_owned())?;
+                options.insert("[delivery]".to_owned(), main_options);
                 Some(("[delivery]".to_owned(), Box::new(settings)))
             } else {
                 None
@@ -656,7 +870,15 @@ pub fn resolve(
     if route_list.is_empty() {
         // Only a default: no router needed.
         return match default {
-            Some((_, settings)) => Ok(*settings),
+            Some((name, settings)) => Ok(ResolvedDelivery {
+                settings: *settings,
+                options: options.remove(&name).unwrap_or_default(),
+                name: if name == "[delivery]" {
+                    MAIN_DESTINATION.to_owned()
+                } else {
+                    name
+                },
+            }),
             None => Err(usage(format!(
                 "[deliveries.*] are defined but nothing sends events to them; add [[route]] entries (topic = \"…\", delivery = \"NAME\") or default_delivery = \"NAME\"; {}",
                 known()
@@ -667,6 +889,7 @@ pub fn resolve(
         deliveries: named,
         routes: route_list,
         default,
+        options,
     });
     // The router checks the patterns; a bad one is a config error now.
     if let DeliverySettings::Routed(router) = &settings {
@@ -677,7 +900,11 @@ pub fn resolve(
                 .with_context(|| format!("[[route]] #{} (topic {topic:?})", i + 1))?;
         }
     }
-    Ok(settings)
+    Ok(ResolvedDelivery {
+        settings,
+        name: MAIN_DESTINATION.to_owned(),
+        options: DestinationOptions::default(),
+    })
 }
 
 fn kinds_allowed() -> &'static str {
@@ -777,13 +1004,14 @@ fn section_settings(
     if let Some(key) = section
         .keys_set()
         .into_iter()
-        .find(|k| !allowed.contains(k))
+        .find(|k| !allowed.contains(k) && !DESTINATION_KEYS.contains(k))
     {
         let keys = if allowed.is_empty() {
             "none besides kind".to_owned()
         } else {
             allowed.join(", ")
         };
+        let keys = format!("{keys} (and in every kind {})", DESTINATION_KEYS.join(", "));
         return Err(usage(format!(
             "{key} does not apply to kind = \"{}\"; the keys of that kind: {keys}",
             kind.name()
@@ -1465,6 +1693,14 @@ impl Delivery for Shared {
         self.inner.keeps_key_order()
     }
 
+    fn destination(&self) -> Option<&hare_outbox::DestinationSpec> {
+        self.inner.destination()
+    }
+
+    async fn destination_of(&self, event: &OutboxEvent) -> Option<String> {
+        self.inner.destination_of(event).await
+    }
+
     async fn close(&self) -> Result<(), DeliveryError> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
@@ -1526,6 +1762,91 @@ impl DeliverySettings {
                 Arc::new(out)
             }
         })
+    }
+
+    /// Builds the delivery for the relay: each delivery section a destination of its own —
+    /// named `name` for a single delivery, by its section name behind a router — with its
+    /// circuit breaker (`relay_breaker` with what the section sets) and rate limit.
+    ///
+    /// # Errors
+    /// A configuration error naming the value the delivery refused.
+    pub fn build_for_relay(
+        &self,
+        name: &str,
+        options: &DestinationOptions,
+        relay_breaker: &BreakerConfig,
+    ) -> anyhow::Result<Arc<dyn Delivery>> {
+        let DeliverySettings::Routed(router) = self else {
+            return options.wrap(name, self.build()?, relay_breaker);
+        };
+        let options_of = |name: &str| router.options.get(name).cloned().unwrap_or_default();
+        let mut built: BTreeMap<&str, Arc<Shared>> = BTreeMap::new();
+        for (name, settings) in &router.deliveries {
+            let inner = settings
+                .build()
+                .with_context(|| format!("[deliveries.{name}]"))?;
+            let inner = options_of(name)
+                .wrap(name, inner, relay_breaker)
+                .with_context(|| format!("[deliveries.{name}]"))?;
+            built.insert(
+                name,
+                Arc::new(Shared {
+                    inner,
+                    closed: AtomicBool::new(false),
+                }),
+            );
+        }
+        let mut out = TopicRouter::new();
+        for (i, (topic, name)) in router.routes.iter().enumerate() {
+            let delivery = built.get(name.as_str()).cloned().ok_or_else(|| {
+                usage(format!(
+                    "[[route]] #{} names the unknown delivery {name:?}",
+                    i + 1
+                ))
+            })?;
+            out = out
+                .route(topic, delivery)
+                .with_context(|| format!("[[route]] #{} (topic {topic:?})", i + 1))?;
+        }
+        if let Some((name, settings)) = &router.default {
+            match built.get(name.as_str()) {
+                Some(delivery) => out = out.with_default(delivery.clone()),
+                None => {
+                    let inner = settings.build().with_context(|| name.clone())?;
+                    out = out.with_default(options_of(name).wrap(
+                        MAIN_DESTINATION,
+                        inner,
+                        relay_breaker,
+                    )?);
+                }
+            }
+        }
+        Ok(Arc::new(out))
+    }
+
+    /// Checks the circuit breaker options of every delivery section against the relay's.
+    ///
+    /// # Errors
+    /// A usage error naming the section and the keys.
+    pub fn check_options(
+        &self,
+        options: &DestinationOptions,
+        relay_breaker: &BreakerConfig,
+    ) -> anyhow::Result<()> {
+        match self {
+            DeliverySettings::Routed(router) => {
+                for (name, options) in &router.options {
+                    let section = if name == "[delivery]" {
+                        name.clone()
+                    } else {
+                        format!("[deliveries.{name}]")
+                    };
+                    options.check(relay_breaker).context(section)?;
+                }
+                Ok(())
+            }
+            _ => options.check(relay_breaker).context("[delivery]"),
+        }
     }
 
     /// A short description for the start-up log, passwords hidden.

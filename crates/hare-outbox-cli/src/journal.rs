@@ -114,6 +114,12 @@ pub struct BacklogSection {
     pub max_dead: Option<i64>,
     /// Topics counted (exact names and `prefix*`); absent = every topic.
     pub topics: Option<Vec<String>>,
+    /// Most destinations of the relay open at once (circuit breaker): checked by `/healthz` of
+    /// `relay --http`, and by `backlog` with `relay_url`.
+    pub max_open_destinations: Option<i64>,
+    /// The address of a running `hare-outbox relay --http`, which `backlog` asks for the
+    /// relay's open destinations.
+    pub relay_url: Option<String>,
 }
 
 /// The backlog thresholds, resolved; `None` = no threshold.
@@ -127,6 +133,10 @@ pub struct BacklogThresholds {
     pub max_dead: Option<u64>,
     /// Topics counted; empty = every topic.
     pub topics: Vec<String>,
+    /// Most destinations open at once.
+    pub max_open_destinations: Option<u64>,
+    /// A running `relay --http` to ask for its destinations.
+    pub relay_url: Option<String>,
 }
 
 impl BacklogThresholds {
@@ -193,11 +203,19 @@ pub fn backlog_thresholds(section: Option<&BacklogSection>) -> anyhow::Result<Ba
         .transpose()?;
     let topics = section.topics.clone().unwrap_or_default();
     check_topics("topics", &topics)?;
+    let relay_url = section
+        .relay_url
+        .as_deref()
+        .map(relay_url)
+        .transpose()
+        .map_err(|e| usage(format!("relay_url: {e}")))?;
     Ok(BacklogThresholds {
         max_pending: count("max_pending", section.max_pending)?,
         max_age,
         max_dead: count("max_dead", section.max_dead)?,
         topics,
+        max_open_destinations: count("max_open_destinations", section.max_open_destinations)?,
+        relay_url,
     })
 }
 
@@ -614,8 +632,23 @@ pub async fn backlog(settings: &Settings, args: &BacklogArgs) -> anyhow::Result<
         } else {
             args.topics.clone()
         },
+        max_open_destinations: args.max_open_destinations.or(file.max_open_destinations),
+        relay_url: match &args.relay {
+            Some(url) => Some(relay_url(url).map_err(|e| usage(format!("--relay: {e}")))?),
+            None => file.relay_url.clone(),
+        },
     };
     check_topics("--topic", &thresholds.topics)?;
+    if args.max_open_destinations.is_some() && thresholds.relay_url.is_none() {
+        return Err(usage(
+            "--max-open-destinations needs --relay URL (or [backlog] relay_url): the circuit breakers live in the relay process, which `backlog` asks through its --http address",
+        ));
+    }
+    // The relay first: it answers at once or not at all, before the database is counted.
+    let open = match &thresholds.relay_url {
+        Some(url) => Some(open_destinations(url).await?),
+        None => None,
+    };
     let db = Db::connect(settings.database()?).await?;
     let backlog = with_backend!(db, backend => {
         Journal::new(backend, settings.table.clone())
@@ -623,9 +656,17 @@ pub async fn backlog(settings: &Settings, args: &BacklogArgs) -> anyhow::Result<
             .await
     })
     .with_context(|| format!("counting the backlog of {} failed", settings.table))?;
-    let passed = thresholds.passed(&backlog);
+    let mut passed = thresholds.passed(&backlog);
+    if let (Some(max), Some(open)) = (thresholds.max_open_destinations, &open)
+        && open.len() as u64 > max
+    {
+        passed.push(format!(
+            "{} open destinations > max_open_destinations {max}",
+            open.len()
+        ));
+    }
     if args.json {
-        let json = serde_json::json!({
+        let mut json = serde_json::json!({
             "table": settings.table.to_string(),
             "pending": backlog.pending,
             "oldest_pending_age_seconds": backlog.oldest_pending_age_seconds,
@@ -634,9 +675,13 @@ pub async fn backlog(settings: &Settings, args: &BacklogArgs) -> anyhow::Result<
                 "max_pending": thresholds.max_pending,
                 "max_age_seconds": thresholds.max_age.map(|d| d.as_secs_f64()),
                 "max_dead": thresholds.max_dead,
+                "max_open_destinations": thresholds.max_open_destinations,
             },
             "passed": passed,
         });
+        if let Some(open) = &open {
+            json["open_destinations"] = serde_json::Value::Array(open.clone());
+        }
         println!("{json}");
     } else {
         println!(
@@ -650,6 +695,23 @@ pub async fn backlog(settings: &Settings, args: &BacklogArgs) -> anyhow::Result<
             },
             backlog.dead_lettered
         );
+        if let Some(open) = &open {
+            if open.is_empty() {
+                println!("no destination of the relay is open");
+            }
+            for d in open {
+                let text = |key: &str| d[key].as_str().unwrap_or("-").to_owned();
+                println!(
+                    "destination {} is {}: since {}, next probe {}, {} failures in a row; why: {}",
+                    text("name"),
+                    text("state").replace('_', "-"),
+                    text("opened_at"),
+                    text("next_probe_at"),
+                    d["consecutive_failures"].as_u64().unwrap_or_default(),
+                    text("reason")
+                );
+            }
+        }
     }
     if passed.is_empty() {
         Ok(())
@@ -659,6 +721,58 @@ pub async fn backlog(settings: &Settings, args: &BacklogArgs) -> anyhow::Result<
             passed.join("; ")
         ))))
     }
+}
+
+/// `url` checked as the base URL of a running `relay --http`: `http(s)://host:port[/prefix]`.
+fn relay_url(url: &str) -> Result<String, String> {
+    let parsed = url::Url::parse(url).map_err(|e| {
+        format!("{url:?} is not a URL ({e}); give the relay's --http address, e.g. http://127.0.0.1:8080")
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "{url:?} has the scheme {:?}; give the relay's --http address, http://host:port",
+            parsed.scheme()
+        ));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// The open destinations of the relay serving `base` (`GET <base>/api/destinations`), as the
+/// dashboard writes them.
+///
+/// # Errors
+/// A runtime error naming the URL when the relay does not answer, answers with an error, or
+/// runs without destinations.
+async fn open_destinations(base: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let url = format!("{base}/api/destinations");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .context("building the HTTP client failed")?;
+    let answer = client
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("asking the relay at {url} for its destinations failed"))?;
+    let status = answer.status();
+    let body = answer
+        .text()
+        .await
+        .with_context(|| format!("reading the destinations from {url} failed"))?;
+    if !status.is_success() {
+        anyhow::bail!("the relay at {url} answered {status}: {body}");
+    }
+    let list: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("the answer of {url} is not JSON"))?;
+    Ok(list["destinations"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter(|d| d["state"].as_str().is_some_and(|s| s != "closed"))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// An age in seconds as `3m 4s` (whole seconds; `0s` below one).
@@ -814,6 +928,7 @@ mod tests {
             max_age: Some(Duration::from_secs(60)),
             max_dead: Some(0),
             topics: Vec::new(),
+            ..BacklogThresholds::default()
         };
         let ok = hare_outbox::Backlog {
             pending: 10,

@@ -100,14 +100,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Relay(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "finishing the batch in flight");
+            // The relay's circuit breakers, shown by its /healthz and dashboard.
+            let destinations = hare_outbox::Destinations::new();
             let http = match &args.http {
                 Some(address) => Some(
-                    serve::start_for_relay(&settings, address, &args.server, shutdown.clone())
-                        .await?,
+                    serve::start_for_relay(
+                        &settings,
+                        address,
+                        &args.server,
+                        destinations.clone(),
+                        shutdown.clone(),
+                    )
+                    .await?,
                 ),
                 None => None,
             };
-            let result = commands::relay(&settings, args.migrate, shutdown.clone()).await;
+            let result =
+                commands::relay(&settings, args.migrate, destinations, shutdown.clone()).await;
             // The relay has stopped (or failed): stop serving too.
             shutdown.cancel();
             if let Some(http) = http {

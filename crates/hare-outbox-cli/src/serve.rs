@@ -187,6 +187,11 @@ fn dashboard_options(
             backlog
                 .max_dead
                 .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        )
+        .with_max_open_destinations(
+            backlog
+                .max_open_destinations
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         );
     let source = settings
         .dashboard
@@ -255,6 +260,7 @@ pub async fn start_for_relay(
     settings: &Settings,
     address: &str,
     args: &HttpArgs,
+    destinations: hare_outbox::Destinations,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
     let addr = listen_address(address, args, &settings.dashboard).await?;
@@ -274,7 +280,8 @@ pub async fn start_for_relay(
             }
         }
     });
-    let options = dashboard_options(settings, Some(handle), allow_remote)?;
+    let options = dashboard_options(settings, Some(handle), allow_remote)?
+        .with_destinations(Some(destinations));
     let db = Db::connect(settings.database()?).await?;
     let table = settings.table.clone();
     with_backend!(db, backend => spawn_dashboard(Journal::new(backend, table), options, addr, shutdown).await)

@@ -85,10 +85,65 @@ impl Error {
     }
 }
 
+/// What kind of failure a [`DeliveryError`] is: it decides whether the failure counts an attempt,
+/// when the event is tried again, and whether it tells the relay's circuit breaker that the
+/// destination is down.
+///
+/// | kind | attempt counted | next attempt | circuit breaker |
+/// |---|---|---|---|
+/// | [`Event`](Self::Event) | yes | back-off | the destination answered: resets its failure count |
+/// | [`Outage`](Self::Outage) | yes while the destination is closed, no once it is open | back-off, or the next probe once open | one more consecutive failure; enough of them open it |
+/// | [`RetryAfter`](Self::RetryAfter) | like `Outage` | after the given time (at most `retry_max`) | like `Outage`; opening waits at least that long |
+/// | [`Permanent`](Self::Permanent) | yes, and the event is dead-lettered at once | never | the destination answered |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DeliveryErrorKind {
+    /// The event's own fault, or a failure the delivery did not classify: a 400 or 404 answer, a
+    /// payload the broker refuses. The default of [`DeliveryError::new`] and
+    /// [`DeliveryError::with_source`].
+    #[default]
+    Event,
+    /// The destination looks down or overloaded: connection refused or reset, a timeout, a 5xx
+    /// or 429 answer, a broker that is unavailable.
+    Outage,
+    /// The destination asked to be called again after this long (a `Retry-After` on a 429 or
+    /// 503): an outage whose end is announced.
+    RetryAfter(std::time::Duration),
+    /// The event can never be delivered (a webhook's 410 Gone, a record larger than the broker
+    /// takes): it is dead-lettered at once, whatever attempts it has left.
+    Permanent,
+}
+
+impl DeliveryErrorKind {
+    /// Whether this kind says the destination is down: [`Outage`](Self::Outage) or
+    /// [`RetryAfter`](Self::RetryAfter).
+    pub fn is_outage(self) -> bool {
+        matches!(
+            self,
+            DeliveryErrorKind::Outage | DeliveryErrorKind::RetryAfter(_)
+        )
+    }
+}
+
 /// Why one event was not delivered. The relay records it as the event's `last_error`, retries the
 /// event with backoff and dead-letters it when its attempts run out.
 ///
-/// A delivery only reports; retries and dead letters belong to the relay.
+/// A delivery only reports; retries and dead letters belong to the relay. Its
+/// [kind](DeliveryErrorKind) tells the relay how to treat the failure: build one with
+/// [`DeliveryError::outage`], [`DeliveryError::retry_after`] or [`DeliveryError::permanent`], or
+/// set the kind of any error with [`DeliveryError::with_kind`]; custom deliveries may do the same.
+///
+/// ```
+/// use std::time::Duration;
+/// use hare_outbox_core::{DeliveryError, error::DeliveryErrorKind};
+///
+/// let down = DeliveryError::outage("billing answered 503");
+/// assert!(down.kind().is_outage());
+/// let later = DeliveryError::retry_after("billing answered 429", Duration::from_secs(3));
+/// assert_eq!(later.kind(), DeliveryErrorKind::RetryAfter(Duration::from_secs(3)));
+/// let gone = DeliveryError::permanent("billing answered 410 Gone");
+/// assert_eq!(gone.kind(), DeliveryErrorKind::Permanent);
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct DeliveryError {
@@ -96,16 +151,51 @@ pub struct DeliveryError {
     #[source]
     source: Option<BoxError>,
     not_attempted: bool,
+    kind: DeliveryErrorKind,
+    deferred: Option<std::time::Duration>,
 }
 
 impl DeliveryError {
-    /// A failure described by `message` alone, e.g. `"webhook answered 500"`.
+    /// A failure described by `message` alone, e.g. `"webhook answered 400"`, of the kind
+    /// [`DeliveryErrorKind::Event`].
     pub fn new(message: impl Into<String>) -> Self {
         DeliveryError {
             message: message.into(),
             source: None,
             not_attempted: false,
+            kind: DeliveryErrorKind::Event,
+            deferred: None,
         }
+    }
+
+    /// A failure that says the destination is down ([`DeliveryErrorKind::Outage`]), e.g.
+    /// `"connecting to redis://cache:6379 failed"`.
+    pub fn outage(message: impl Into<String>) -> Self {
+        DeliveryError::new(message).with_kind(DeliveryErrorKind::Outage)
+    }
+
+    /// A failure after which the destination asked to be called again in `after`
+    /// ([`DeliveryErrorKind::RetryAfter`]): the event is tried again then (at most
+    /// [`RelayConfig::retry_max`](crate::RelayConfig::retry_max) later).
+    pub fn retry_after(message: impl Into<String>, after: std::time::Duration) -> Self {
+        DeliveryError::new(message).with_kind(DeliveryErrorKind::RetryAfter(after))
+    }
+
+    /// A failure that can never turn into a delivery ([`DeliveryErrorKind::Permanent`]): the
+    /// relay dead-letters the event at once.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        DeliveryError::new(message).with_kind(DeliveryErrorKind::Permanent)
+    }
+
+    /// The same error, of the kind `kind`.
+    pub fn with_kind(mut self, kind: DeliveryErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The kind of failure; [`DeliveryErrorKind::Event`] unless set.
+    pub fn kind(&self) -> DeliveryErrorKind {
+        self.kind
     }
 
     /// The event was not sent at all, e.g. because an earlier event of its ordering key in the
@@ -122,12 +212,26 @@ impl DeliveryError {
         self.not_attempted
     }
 
-    /// A failure described by `message`, caused by `source` (kept as [`std::error::Error::source`]).
+    /// A failure the relay's circuit breaker does not count against the event: the destination
+    /// is open. The event is tried again in `retry_in` (at the destination's next probe) with
+    /// its attempts unchanged.
+    pub(crate) fn deferred(mut self, retry_in: std::time::Duration) -> Self {
+        self.deferred = Some(retry_in);
+        self
+    }
+
+    /// When the relay's circuit breaker deferred the event instead of counting the failure: the
+    /// time until the destination's next probe. `None` for a failure that counts.
+    pub fn deferred_for(&self) -> Option<std::time::Duration> {
+        self.deferred
+    }
+
+    /// A failure described by `message`, caused by `source` (kept as [`std::error::Error::source`]),
+    /// of the kind [`DeliveryErrorKind::Event`].
     pub fn with_source(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         DeliveryError {
-            message: message.into(),
             source: Some(source.into()),
-            not_attempted: false,
+            ..DeliveryError::new(message)
         }
     }
 
@@ -160,6 +264,32 @@ mod tests {
             "request to http://127.0.0.1:1/ failed: connection refused"
         );
         assert!(e.source().is_some());
+    }
+
+    #[test]
+    fn kinds_are_set_by_their_constructors_and_kept_by_with_source() {
+        assert_eq!(DeliveryError::new("x").kind(), DeliveryErrorKind::Event);
+        assert_eq!(
+            DeliveryError::with_source("x", std::io::Error::other("y")).kind(),
+            DeliveryErrorKind::Event
+        );
+        assert!(DeliveryError::outage("x").kind().is_outage());
+        assert!(
+            DeliveryError::retry_after("x", std::time::Duration::from_secs(1))
+                .kind()
+                .is_outage()
+        );
+        assert!(!DeliveryError::permanent("x").kind().is_outage());
+        let e = DeliveryError::with_source("x", std::io::Error::other("y"))
+            .with_kind(DeliveryErrorKind::Outage);
+        assert_eq!(e.kind(), DeliveryErrorKind::Outage);
+        assert_eq!(e.chain(), "x: y");
+        assert_eq!(e.deferred_for(), None);
+        let later = e.deferred(std::time::Duration::from_secs(2));
+        assert_eq!(
+            later.deferred_for(),
+            Some(std::time::Duration::from_secs(2))
+        );
     }
 
     #[test]

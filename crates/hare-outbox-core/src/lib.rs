@@ -23,8 +23,11 @@ pub mod wakeup;
 pub use backend::params::{Backlog, FinishedState};
 pub use backend::{Backend, Capabilities, CaptureBackend, InboxBackend, JournalBackend};
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
-pub use delivery::{Delivery, DeliveryReport, FnDelivery, JsonLinesDelivery, TopicRouter};
-pub use error::{BoxError, DeliveryError, Error, Result};
+pub use delivery::{
+    Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery, JsonLinesDelivery,
+    TopicRouter,
+};
+pub use error::{BoxError, DeliveryError, DeliveryErrorKind, Error, Result};
 pub use event::{
     EVENT_ID_HEADER, EventStatus, MAX_KEY_CHARS, OutboxEvent, StoredRow, TOPIC_HEADER,
 };
@@ -35,8 +38,9 @@ pub use message::OutboxMessage;
 pub use migration::{MigrationStatus, MigrationStream};
 pub use outbox::{Outbox, OutboxTransaction};
 pub use relay::{
-    CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay,
-    PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats,
+    BreakerConfig, BreakerState, CONCURRENCY_RANGE, DestinationStatus, Destinations,
+    MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay, PollOutcome, RelayConfig,
+    RelayEvent, RelayObserver, RelayStats,
 };
 pub use table::{IdempotencyScope, OutboxTable};
 pub use topic::{TopicFilter, TopicPattern};

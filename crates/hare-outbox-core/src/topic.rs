@@ -100,6 +100,11 @@ impl TopicFilter {
         Ok(TopicFilter { include, exclude })
     }
 
+    /// A filter of parsed patterns: `include` (`None` = every topic) minus `exclude`.
+    pub fn from_patterns(include: Option<Vec<TopicPattern>>, exclude: Vec<TopicPattern>) -> Self {
+        TopicFilter { include, exclude }
+    }
+
     /// The included patterns; `None` = every topic.
     pub fn include(&self) -> Option<&[TopicPattern]> {
         self.include.as_deref()

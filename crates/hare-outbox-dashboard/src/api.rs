@@ -615,6 +615,84 @@ pub(crate) struct Health {
     backlog: Option<BacklogView>,
     /// The failed checks, each naming the value and its limit.
     failing: Vec<String>,
+    /// The relay's destinations that are open or half-open (circuit breaker), when the
+    /// dashboard runs with the relay; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    open_destinations: Option<Vec<DestinationView>>,
+}
+
+/// One destination of the relay and its circuit breaker.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub(crate) struct DestinationView {
+    /// The delivery's name, a route, or `name/host:port` for a webhook target.
+    pub(crate) name: String,
+    /// `closed` (sending), `open` (paused until its next probe) or `half_open` (a probe is
+    /// out).
+    pub(crate) state: String,
+    /// Outage failures in a row.
+    pub(crate) consecutive_failures: u32,
+    /// When it opened (RFC 3339); absent while closed.
+    pub(crate) opened_at: Option<DateTime<Utc>>,
+    /// When its next probe may go out; absent unless open.
+    pub(crate) next_probe_at: Option<DateTime<Utc>>,
+    /// Why it opened: the error of the failure that opened it, or of the last failed probe.
+    pub(crate) reason: Option<String>,
+    /// Times it opened since the relay started.
+    pub(crate) opens: u64,
+    /// Its rate limit in sends per second, if any.
+    pub(crate) max_per_second: Option<f64>,
+    /// Whether its circuit breaker is on.
+    pub(crate) breaker: bool,
+}
+
+impl From<hare_outbox_core::DestinationStatus> for DestinationView {
+    fn from(s: hare_outbox_core::DestinationStatus) -> Self {
+        DestinationView {
+            name: s.name,
+            state: s.state.as_str().to_owned(),
+            consecutive_failures: s.consecutive_failures,
+            opened_at: s.opened_at,
+            next_probe_at: s.next_probe_at,
+            reason: s.reason.map(|r| {
+                hare_outbox_core::redact::in_text(&r, hare_outbox_core::redact::UrlKind::Connection)
+            }),
+            opens: s.opens,
+            max_per_second: s.max_per_second,
+            breaker: s.breaker,
+        }
+    }
+}
+
+/// The destinations answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct DestinationList {
+    /// Every destination the relay sent to, by name.
+    destinations: Vec<DestinationView>,
+}
+
+/// The relay's destinations and their circuit breakers (only when the dashboard runs with the
+/// relay, `hare-outbox relay --http`).
+#[utoipa::path(
+    get,
+    path = "/api/destinations",
+    responses(
+        (status = 200, description = "The destinations", body = DestinationList),
+        (status = 404, description = "No relay runs with this dashboard", body = ErrorBody),
+    )
+)]
+pub(crate) async fn destinations<B: JournalBackend>(State(state): State<AppState<B>>) -> Response {
+    match &state.options.destinations {
+        Some(destinations) => Json(DestinationList {
+            destinations: destinations.statuses().into_iter().map(Into::into).collect(),
+        })
+        .into_response(),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "destinations",
+            "no relay runs with this dashboard: destinations and their circuit breakers are shown by the relay's own (hare-outbox relay --http ADDR, or DashboardOptions::with_destinations)",
+        )
+        .into_response(),
+    }
 }
 
 /// How long `/healthz` waits for the database before it reports it down: 3 s (a pool whose
@@ -645,6 +723,7 @@ pub(crate) async fn healthz<B: JournalBackend>(State(state): State<AppState<B>>)
                         "database: no answer within {} s",
                         HEALTH_TIMEOUT.as_secs()
                     )],
+                    open_destinations: open_destinations(&state),
                 }),
             )
                 .into_response();
@@ -656,6 +735,7 @@ pub(crate) async fn healthz<B: JournalBackend>(State(state): State<AppState<B>>)
                     status: "error".to_owned(),
                     backlog: None,
                     failing: vec![format!("database: {e}")],
+                    open_destinations: open_destinations(&state),
                 }),
             )
                 .into_response();
@@ -688,6 +768,23 @@ pub(crate) async fn healthz<B: JournalBackend>(State(state): State<AppState<B>>)
             backlog.dead_lettered
         ));
     }
+    let open = open_destinations(&state);
+    if let (Some(max), Some(open)) = (t.max_open_destinations, &open)
+        && open.len() > max
+    {
+        let names: Vec<String> = open
+            .iter()
+            .map(|d| match &d.reason {
+                Some(reason) => format!("{} ({reason})", d.name),
+                None => d.name.clone(),
+            })
+            .collect();
+        failing.push(format!(
+            "open_destinations: {} open, above max_open_destinations {max}: {}",
+            open.len(),
+            names.join("; ")
+        ));
+    }
     let (code, status) = if failing.is_empty() {
         (StatusCode::OK, "ok")
     } else {
@@ -699,9 +796,19 @@ pub(crate) async fn healthz<B: JournalBackend>(State(state): State<AppState<B>>)
             status: status.to_owned(),
             backlog: Some(backlog.into()),
             failing,
+            open_destinations: open,
         }),
     )
         .into_response()
+}
+
+/// The open destinations of the relay running with the dashboard, if one does.
+fn open_destinations<B: JournalBackend>(state: &AppState<B>) -> Option<Vec<DestinationView>> {
+    state
+        .options
+        .destinations
+        .as_ref()
+        .map(|d| d.open().into_iter().map(Into::into).collect())
 }
 
 /// Prometheus text from the configured exporter handle.
@@ -771,10 +878,11 @@ impl utoipa::Modify for TokenScheme {
         title = "hare-outbox dashboard API",
         description = "The outbox read as the journal of the system: events, timeline, backlog, dead-letter actions."
     ),
-    paths(list, get, timeline, backlog, retry, cleanup, healthz, metrics),
+    paths(list, get, timeline, backlog, destinations, retry, cleanup, healthz, metrics),
     components(schemas(
         EventList, EventView, EventStatusView, NextPage, Timeline, BucketView, BacklogView,
-        RetryRequest, RetryResult, CleanupRequest, CleanupResult, Health, ErrorBody, ErrorDetail
+        DestinationList, DestinationView, RetryRequest, RetryResult, CleanupRequest,
+        CleanupResult, Health, ErrorBody, ErrorDetail
     )),
     modifiers(&TokenScheme)
 )]

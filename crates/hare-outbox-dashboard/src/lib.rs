@@ -11,11 +11,12 @@
 //! | `GET /api/events/{id}` | one event |
 //! | `GET /api/timeline` | per-bucket counts and latency percentiles behind the charts |
 //! | `GET /api/backlog` | pending, oldest pending age, dead letters |
+//! | `GET /api/destinations` | the relay's destinations and their circuit breakers (state, failures in a row, when and why it opened), when the relay runs with the dashboard ([`DashboardOptions::with_destinations`]) |
 //! | `POST /api/dead-letters/retry` | returns dead letters to the queue (token needed) |
 //! | `POST /api/dead-letters/cleanup` | deletes finished events older than a cut-off (token needed) |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document of the JSON API |
 //! | `GET /metrics` | Prometheus text from the configured exporter handle |
-//! | `GET /healthz` | 200 when the database answers (within 3 s) and the backlog thresholds hold, else 503 |
+//! | `GET /healthz` | 200 when the database answers (within 3 s) and the backlog thresholds hold, else 503; lists the relay's open destinations when it runs with the dashboard |
 //!
 //! Security:
 //! - [`Dashboard::bind`] and [`Dashboard::serve`] refuse an address other than loopback unless
@@ -157,6 +158,7 @@ impl<B: JournalBackend> Dashboard<B> {
             .route("/api/events/{id}", get(api::get::<B>))
             .route("/api/timeline", get(api::timeline::<B>))
             .route("/api/backlog", get(api::backlog::<B>))
+            .route("/api/destinations", get(api::destinations::<B>))
             .route("/api/openapi.json", get(api::openapi))
             .route("/metrics", get(api::metrics::<B>))
             .route("/healthz", get(api::healthz::<B>))

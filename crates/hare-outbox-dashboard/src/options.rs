@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use hare_outbox_core::Destinations;
 use hare_outbox_core::journal::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -21,6 +22,11 @@ pub struct HealthThresholds {
     pub max_pending: Option<i64>,
     /// Oldest age of an event still to deliver. Defaults to no limit.
     pub max_oldest_pending_age: Option<Duration>,
+    /// Most destinations open at once (circuit breaker; needs
+    /// [`DashboardOptions::with_destinations`]). Defaults to no limit: open destinations are
+    /// listed but the answer stays 200, since a relay whose endpoint is down is not itself
+    /// unhealthy.
+    pub max_open_destinations: Option<usize>,
     /// Most dead-lettered events. Defaults to no limit.
     pub max_dead_lettered: Option<i64>,
 }
@@ -48,6 +54,12 @@ impl HealthThresholds {
         self.max_dead_lettered = max;
         self
     }
+
+    /// At most `max` destinations open at once; `None` = no limit.
+    pub fn with_max_open_destinations(mut self, max: Option<usize>) -> Self {
+        self.max_open_destinations = max;
+        self
+    }
 }
 
 /// How a [`Dashboard`](crate::Dashboard) behaves. Build with [`DashboardOptions::new`] and the
@@ -63,6 +75,11 @@ pub struct DashboardOptions {
     /// Where `/metrics` reads Prometheus text from; `None` = `/metrics` answers 404 saying so.
     /// Defaults to `None`.
     pub metrics: Option<PrometheusHandle>,
+    /// The destinations of a relay running in this process and their circuit breakers
+    /// ([`OutboxRelay::destinations`](hare_outbox_core::OutboxRelay::destinations)), shown by the
+    /// page, `GET /api/destinations` and `/healthz`; `None` = not shown (the relay runs
+    /// elsewhere). Defaults to `None`.
+    pub destinations: Option<Destinations>,
     /// Events per page when the request names no `limit`, 1 to 1000. Defaults to 50.
     pub page_size: u32,
     /// The page title. Defaults to `hare-outbox`.
@@ -79,6 +96,7 @@ impl std::fmt::Debug for DashboardOptions {
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("thresholds", &self.thresholds)
             .field("metrics", &self.metrics.is_some())
+            .field("destinations", &self.destinations.is_some())
             .field("page_size", &self.page_size)
             .field("title", &self.title)
             .field("allow_remote", &self.allow_remote)
@@ -92,6 +110,7 @@ impl Default for DashboardOptions {
             token: None,
             thresholds: HealthThresholds::default(),
             metrics: None,
+            destinations: None,
             page_size: DEFAULT_PAGE_SIZE,
             title: "hare-outbox".to_owned(),
             allow_remote: false,
@@ -100,8 +119,8 @@ impl Default for DashboardOptions {
 }
 
 impl DashboardOptions {
-    /// The defaults: no token (read-only), no thresholds, no metrics, 50 events per page, title
-    /// `hare-outbox`, loopback only.
+    /// The defaults: no token (read-only), no thresholds, no metrics, no destinations, 50 events
+    /// per page, title `hare-outbox`, loopback only.
     pub fn new() -> Self {
         Self::default()
     }
@@ -141,6 +160,12 @@ impl DashboardOptions {
     /// The Prometheus exporter handle `/metrics` renders.
     pub fn with_metrics(mut self, handle: Option<PrometheusHandle>) -> Self {
         self.metrics = handle;
+        self
+    }
+
+    /// The destinations of the relay in this process, shown with their circuit breakers.
+    pub fn with_destinations(mut self, destinations: Option<Destinations>) -> Self {
+        self.destinations = destinations;
         self
     }
 

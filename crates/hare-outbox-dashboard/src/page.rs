@@ -122,6 +122,42 @@ struct JournalPage {
     tail_query: String,
     token_configured: bool,
     retry_topics: String,
+    /// The relay's destinations, when it runs with the dashboard.
+    destinations: Vec<DestinationRow>,
+    /// Whether a relay runs with the dashboard (destinations are known).
+    destinations_shown: bool,
+}
+
+/// One destination of the relay, every value already text.
+struct DestinationRow {
+    name: String,
+    state: &'static str,
+    failures: u32,
+    opened: String,
+    next_probe: String,
+    reason: String,
+    rate: String,
+}
+
+impl From<crate::api::DestinationView> for DestinationRow {
+    fn from(d: crate::api::DestinationView) -> Self {
+        DestinationRow {
+            state: match d.state.as_str() {
+                "open" => "open",
+                "half_open" => "half_open",
+                _ => "closed",
+            },
+            failures: d.consecutive_failures,
+            opened: d.opened_at.map(short_time).unwrap_or_default(),
+            next_probe: d.next_probe_at.map(short_time).unwrap_or_default(),
+            reason: d.reason.unwrap_or_default(),
+            rate: d
+                .max_per_second
+                .map(|r| format!("{r}/s"))
+                .unwrap_or_default(),
+            name: d.name,
+        }
+    }
 }
 
 /// `GET /`: the journal page. A refused filter answers 400 with the page showing what was
@@ -161,6 +197,18 @@ pub(crate) async fn journal<B: JournalBackend>(
         } else {
             filters.topics.join(",")
         },
+        destinations: state
+            .options
+            .destinations
+            .as_ref()
+            .map(|d| {
+                d.statuses()
+                    .into_iter()
+                    .map(|s| DestinationRow::from(crate::api::DestinationView::from(s)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        destinations_shown: state.options.destinations.is_some(),
     };
     let status = match fill(&state, parsed, &mut page).await {
         Ok(()) => StatusCode::OK,

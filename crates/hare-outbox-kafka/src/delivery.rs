@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, Error, OutboxEvent, Result};
+use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
 use rdkafka::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -190,7 +190,7 @@ impl KafkaDelivery {
         };
         let why = format!("a fatal error ({code:?}: {reason})");
         if self.config.is_none() {
-            return Err(DeliveryError::new(format!(
+            return Err(DeliveryError::outage(format!(
                 "the Kafka producer for {} hit {why} and cannot send again; make the delivery \
                  again with a new producer",
                 self.servers
@@ -219,6 +219,7 @@ impl KafkaDelivery {
                 ),
                 e,
             )
+            .with_kind(DeliveryErrorKind::Outage)
         })?;
         tracing::warn!(
             servers = %self.servers,
@@ -262,6 +263,7 @@ impl KafkaDelivery {
             record = record.key(key);
         }
         producer.send_result(record).map_err(|(error, _)| {
+            let kind = error_kind(&error);
             DeliveryError::with_source(
                 format!(
                     "event {} could not be queued for Kafka topic {topic:?} on {}",
@@ -269,6 +271,7 @@ impl KafkaDelivery {
                 ),
                 error,
             )
+            .with_kind(kind)
         })
     }
 
@@ -283,9 +286,10 @@ impl KafkaDelivery {
             Ok(current) => current,
             Err(error) => {
                 let text = error.chain();
+                let kind = error.kind();
                 return events
                     .iter()
-                    .map(|_| Err(DeliveryError::new(text.clone())))
+                    .map(|_| Err(DeliveryError::new(text.clone()).with_kind(kind)))
                     .collect();
             }
         };
@@ -311,20 +315,22 @@ impl KafkaDelivery {
                         {
                             *broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(code);
                         }
+                        let kind = error_kind(&error);
                         Err(DeliveryError::with_source(
                             format!(
                                 "Kafka did not take event {} on topic {topic:?} ({})",
                                 event.id, self.servers
                             ),
                             error,
-                        ))
+                        )
+                        .with_kind(kind))
                     }
-                    Ok(Err(_canceled)) => Err(DeliveryError::new(format!(
+                    Ok(Err(_canceled)) => Err(DeliveryError::outage(format!(
                         "the Kafka producer was closed before event {} on topic {topic:?} was \
                          acknowledged",
                         event.id
                     ))),
-                    Err(_) => Err(DeliveryError::new(format!(
+                    Err(_) => Err(DeliveryError::outage(format!(
                         "event {} on Kafka topic {topic:?} ({}) was not acknowledged within \
                          {:.3} s",
                         event.id,
@@ -362,6 +368,27 @@ impl Slot {
 
 /// Whether a message failing with `code` means the idempotent producer lost its producer id,
 /// epoch or sequence with the broker and refuses every later message: only a new producer helps.
+/// How a Kafka error counts for the relay: a record too large or invalid is permanent (the
+/// event is dead-lettered at once); an unknown topic or partition, a topic the producer may not
+/// write, an invalid argument are the event's own fault; anything else (brokers down or
+/// unreachable, timeouts, a full queue, leaders moving) is an outage.
+pub fn error_kind(error: &rdkafka::error::KafkaError) -> DeliveryErrorKind {
+    match error.rdkafka_error_code() {
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+            | RDKafkaErrorCode::InvalidMessageSize
+            | RDKafkaErrorCode::InvalidRecord,
+        ) => DeliveryErrorKind::Permanent,
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+            | RDKafkaErrorCode::UnknownTopic
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::InvalidArgument,
+        ) => DeliveryErrorKind::Event,
+        _ => DeliveryErrorKind::Outage,
+    }
+}
+
 fn breaks_the_producer(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,

@@ -31,7 +31,7 @@
 mod delivery;
 mod wakeup;
 
-pub use delivery::{DEFAULT_TIMEOUT, KafkaDelivery};
+pub use delivery::{DEFAULT_TIMEOUT, KafkaDelivery, error_kind};
 pub use wakeup::{DEFAULT_TOPIC, KafkaWakeup, SIGNAL_RETENTION};
 
 /// Re-exported so callers can build a [`rdkafka::producer::FutureProducer`] or a

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use common::{Tansu, create_topic_at, free_port, key, pg_outbox, reader_at, unique};
-use hare_outbox_core::{OutboxRelay, RelayConfig};
+use hare_outbox_core::{BreakerConfig, OutboxRelay, RelayConfig};
 use hare_outbox_kafka::KafkaDelivery;
 use hare_outbox_kafka::rdkafka::Message;
 use hare_outbox_kafka::rdkafka::consumer::Consumer;
@@ -68,7 +68,9 @@ async fn outage() {
             .with_retry_max(retry_max)
             .with_max_delivery_attempts(10_000)
             .with_delivery_timeout(Duration::from_secs(5))
-            .with_lease(Duration::from_secs(20)),
+            .with_lease(Duration::from_secs(20))
+            // The back-off itself is what this test watches, not the circuit breaker.
+            .with_breaker(BreakerConfig::disabled()),
     )
     .unwrap()
     .with_observer(failures.observer());

@@ -249,8 +249,9 @@ impl MqttDelivery {
                     }
                 },
             };
+            // The session, the connection or the broker failed: an outage, not the event's fault.
             results.push(result.map_err(|why| {
-                DeliveryError::new(format!(
+                DeliveryError::outage(format!(
                     "publishing event {} to MQTT topic {:?} failed: {why}",
                     event.id,
                     self.topic_for(event).unwrap_or_default()

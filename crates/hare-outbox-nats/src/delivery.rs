@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::ContextBuilder};
 use async_nats::{HeaderMap, HeaderName, HeaderValue, ServerAddr};
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, Error, OutboxEvent, Result};
+use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
 use tokio::time::Instant;
 
 use crate::{describe_servers, parse_servers, publish_subject_problem};
@@ -237,6 +237,7 @@ impl NatsDelivery {
                             format!("connecting to {} failed", self.server),
                             e,
                         )
+                        .with_kind(DeliveryErrorKind::Outage)
                     })?;
                 state.client = Some(client.clone());
                 client
@@ -266,6 +267,7 @@ impl NatsDelivery {
                     ),
                     e,
                 )
+                .with_kind(DeliveryErrorKind::Outage)
             })?;
         }
         state.context = Some(context.clone());
@@ -327,7 +329,7 @@ impl NatsDelivery {
     ) -> Vec<Result<(), DeliveryError>> {
         let deadline = Instant::now() + timeout;
         let timed_out = |what: &str| {
-            DeliveryError::new(format!(
+            DeliveryError::outage(format!(
                 "{what} on {} timed out after {:.3} s",
                 self.server,
                 timeout.as_secs_f64()
@@ -337,9 +339,10 @@ impl NatsDelivery {
             Ok(Ok(context)) => context,
             Ok(Err(error)) => {
                 let text = error.chain();
+                let kind = error.kind();
                 return events
                     .iter()
-                    .map(|_| Err(DeliveryError::new(text.clone())))
+                    .map(|_| Err(DeliveryError::new(text.clone()).with_kind(kind)))
                     .collect();
             }
             Err(_) => {
@@ -364,13 +367,17 @@ impl NatsDelivery {
                         );
                         match tokio::time::timeout_at(deadline, publish).await {
                             Ok(Ok(ack)) => Ok(ack),
-                            Ok(Err(error)) => Err(DeliveryError::with_source(
-                                format!(
-                                    "publishing event {} on {subject:?} to {} failed",
-                                    event.id, self.server
-                                ),
-                                error,
-                            )),
+                            Ok(Err(error)) => {
+                                let kind = publish_error_kind(error.kind());
+                                Err(DeliveryError::with_source(
+                                    format!(
+                                        "publishing event {} on {subject:?} to {} failed",
+                                        event.id, self.server
+                                    ),
+                                    error,
+                                )
+                                .with_kind(kind))
+                            }
                             Err(_) => Err(timed_out(&format!("publishing event {}", event.id))),
                         }
                     }
@@ -388,15 +395,19 @@ impl NatsDelivery {
                             }
                             Ok(())
                         }
-                        Ok(Err(error)) => Err(DeliveryError::with_source(
-                            format!(
-                                "JetStream did not store event {} on {:?} ({})",
-                                event.id,
-                                self.subject_for(event),
-                                self.server
-                            ),
-                            error,
-                        )),
+                        Ok(Err(error)) => {
+                            let kind = publish_error_kind(error.kind());
+                            Err(DeliveryError::with_source(
+                                format!(
+                                    "JetStream did not store event {} on {:?} ({})",
+                                    event.id,
+                                    self.subject_for(event),
+                                    self.server
+                                ),
+                                error,
+                            )
+                            .with_kind(kind))
+                        }
                         Err(_) => Err(timed_out(&format!(
                             "waiting for the acknowledgement of event {}",
                             event.id
@@ -407,6 +418,21 @@ impl NatsDelivery {
             }
         }
         results
+    }
+}
+
+/// How a JetStream publish error counts for the relay: no stream for the subject and a wrong
+/// expected last message are the event's own fault; a message larger than the server's
+/// `max_payload` is permanent; timeouts, a broken connection, too many acknowledgements pending
+/// and anything else are an outage.
+fn publish_error_kind(kind: jetstream::context::PublishErrorKind) -> DeliveryErrorKind {
+    use jetstream::context::PublishErrorKind as K;
+    match kind {
+        K::StreamNotFound | K::WrongLastMessageId | K::WrongLastSequence => {
+            DeliveryErrorKind::Event
+        }
+        K::MaxPayloadExceeded => DeliveryErrorKind::Permanent,
+        _ => DeliveryErrorKind::Outage,
     }
 }
 

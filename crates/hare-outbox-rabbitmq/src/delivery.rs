@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, Error, OutboxEvent, Result};
+use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
@@ -231,6 +231,7 @@ impl RabbitMqDelivery {
                 format!("opening a channel on {} failed", self.broker.describe),
                 e,
             )
+            .with_kind(DeliveryErrorKind::Outage)
         };
         let mut slot = self.link.lock().await;
         if let Some(link) = slot.as_mut()
@@ -260,6 +261,7 @@ impl RabbitMqDelivery {
                     format!("connecting to {} failed", self.broker.describe),
                     e,
                 )
+                .with_kind(DeliveryErrorKind::Outage)
             })?;
         let channel = open_channel(&connection).await.map_err(channel_failed)?;
         *slot = Some(Link {
@@ -294,7 +296,7 @@ impl RabbitMqDelivery {
     ) -> Vec<Result<(), DeliveryError>> {
         let deadline = Instant::now() + timeout;
         let timed_out = |what: &str| {
-            DeliveryError::new(format!(
+            DeliveryError::outage(format!(
                 "{what} on {} timed out after {:.3} s",
                 self.broker.describe,
                 timeout.as_secs_f64()
@@ -304,9 +306,10 @@ impl RabbitMqDelivery {
             Ok(Ok(channel)) => channel,
             Ok(Err(error)) => {
                 let text = error.chain();
+                let kind = error.kind();
                 return events
                     .iter()
-                    .map(|_| Err(DeliveryError::new(text.clone())))
+                    .map(|_| Err(DeliveryError::new(text.clone()).with_kind(kind)))
                     .collect();
             }
             Err(_) => {
@@ -345,7 +348,8 @@ impl RabbitMqDelivery {
                                 self.broker.describe
                             ),
                             error,
-                        )),
+                        )
+                        .with_kind(DeliveryErrorKind::Outage)),
                         Err(_) => {
                             any_timeout = true;
                             Err(timed_out(&format!("publishing event {}", event.id)))
@@ -372,7 +376,8 @@ impl RabbitMqDelivery {
                             self.broker.describe
                         ),
                         error,
-                    )),
+                    )
+                    .with_kind(DeliveryErrorKind::Outage)),
                     Err(_) => {
                         any_timeout = true;
                         Err(timed_out(&format!(
@@ -409,7 +414,9 @@ impl RabbitMqDelivery {
                     returned.reply_code, returned.reply_text
                 ))
             }
-            Confirmation::Nack(None) => refused("was refused by the broker (nack)".to_owned()),
+            // A nack is the broker's own trouble (it could not take the message), not the event's.
+            Confirmation::Nack(None) => refused("was refused by the broker (nack)".to_owned())
+                .map_err(|e| e.with_kind(DeliveryErrorKind::Outage)),
             Confirmation::NotRequested => {
                 refused("got no publisher confirm (confirms are off on the channel)".to_owned())
             }

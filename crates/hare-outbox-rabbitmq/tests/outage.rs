@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Admin, pg_outbox, text, unique, url};
-use hare_outbox_core::{OutboxRelay, RelayConfig};
+use common::{Admin, broker_port, pg_outbox, text, unique, url_via};
+use hare_outbox_core::{BreakerConfig, OutboxRelay, RelayConfig};
 use hare_outbox_rabbitmq::lapin::options::BasicGetOptions;
 use hare_outbox_rabbitmq::lapin::types::ShortString;
 use hare_outbox_rabbitmq::{ORDERING_KEY_HEADER, RabbitMqDelivery};
@@ -23,35 +23,11 @@ use serde_json::Value;
 /// The whole test, outage included, finishes within this.
 const BOUND: Duration = Duration::from_secs(60);
 
-/// The shared broker's port, from [`url`].
-fn broker_port() -> u16 {
-    let url = url();
-    let authority = url
-        .split_once("://")
-        .map_or(url.as_str(), |(_, rest)| rest)
-        .split('/')
-        .next()
-        .unwrap();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    host_port
-        .rsplit_once(':')
-        .map_or(5672, |(_, port)| port.parse().unwrap())
-}
-
-/// [`url`] with the host and port replaced by `127.0.0.1:<port>`.
-fn url_via(port: u16) -> String {
-    let url = url();
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let user = authority
-        .rsplit_once('@')
-        .map_or(String::new(), |(u, _)| format!("{u}@"));
-    format!("{scheme}://{user}127.0.0.1:{port}/{path}")
-}
-
 /// DESIGN §9: the broker connection cut in the middle of a run → failures recorded with backoff
 /// (attempts grow, `last_error` says why), delivery resumes by itself once the line is back
-/// (the delivery opens a new connection), every event arrives, per-key order holds.
+/// (the delivery opens a new connection), every event arrives, per-key order holds. The
+/// circuit breaker is off here, so that the back-off itself is what runs; `breaker.rs` has the
+/// same cut with the breaker on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_mid_run_recovers_and_keeps_every_event_in_key_order() {
     tokio::time::timeout(BOUND, outage())
@@ -85,7 +61,8 @@ async fn outage() {
             .with_retry_max(retry_max)
             .with_max_delivery_attempts(10_000)
             .with_delivery_timeout(Duration::from_secs(5))
-            .with_lease(Duration::from_secs(20)),
+            .with_lease(Duration::from_secs(20))
+            .with_breaker(BreakerConfig::disabled()),
     )
     .unwrap()
     .with_observer(failures.observer());

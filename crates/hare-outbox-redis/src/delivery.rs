@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, Error, OutboxEvent, Result};
+use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Map, Value};
 
@@ -190,6 +190,7 @@ impl RedisStreamsDelivery {
         let connection = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             .map_err(|e| {
                 DeliveryError::with_source(format!("connecting to {} failed", self.server), e)
+                    .with_kind(DeliveryErrorKind::Outage)
             })?;
         *slot = Some(connection.clone());
         Ok(connection)
@@ -202,9 +203,10 @@ impl RedisStreamsDelivery {
     ) -> Vec<Result<(), DeliveryError>> {
         let fail_all = |error: DeliveryError| {
             let text = error.chain();
+            let kind = error.kind();
             events
                 .iter()
-                .map(|_| Err(DeliveryError::new(text.clone())))
+                .map(|_| Err(DeliveryError::new(text.clone()).with_kind(kind)))
                 .collect()
         };
         let mut connection = match self.connection() {
@@ -223,7 +225,7 @@ impl RedisStreamsDelivery {
         .await;
         let replies = match replies {
             Err(_) => {
-                return fail_all(DeliveryError::new(format!(
+                return fail_all(DeliveryError::outage(format!(
                     "XADD of {} event(s) to {} timed out after {:.3} s",
                     events.len(),
                     self.server,
@@ -241,14 +243,15 @@ impl RedisStreamsDelivery {
                                 self.server
                             ),
                             error.clone(),
-                        ))
+                        )
+                        .with_kind(error_kind(&error)))
                     })
                     .collect();
             }
             Ok(Ok(replies)) => replies,
         };
         if replies.len() != events.len() {
-            return fail_all(DeliveryError::new(format!(
+            return fail_all(DeliveryError::outage(format!(
                 "{} answered {} replies to a pipeline of {} XADD commands",
                 self.server,
                 replies.len(),
@@ -260,6 +263,7 @@ impl RedisStreamsDelivery {
             .zip(replies)
             .map(|(event, reply)| {
                 reply.map(|_entry_id| ()).map_err(|error| {
+                    let kind = error_kind(&error);
                     DeliveryError::with_source(
                         format!(
                             "XADD of event {} to stream {:?} on {} failed",
@@ -269,6 +273,7 @@ impl RedisStreamsDelivery {
                         ),
                         error,
                     )
+                    .with_kind(kind)
                 })
             })
             .collect()
@@ -314,6 +319,24 @@ impl Delivery for RedisStreamsDelivery {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         Ok(())
+    }
+}
+
+/// How a Redis error counts for the relay: an outage when the connection failed or Redis says to
+/// retry (I/O errors, timeouts, refused or dropped connections, `LOADING`, `TRYAGAIN`,
+/// `MASTERDOWN`, cluster errors, a failed authentication); otherwise the event's own fault (a
+/// stream key of another type, say).
+pub fn error_kind(error: &redis::RedisError) -> DeliveryErrorKind {
+    let outage = error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_cluster_error()
+        || !matches!(error.retry_method(), redis::RetryMethod::NoRetry);
+    if outage {
+        DeliveryErrorKind::Outage
+    } else {
+        DeliveryErrorKind::Event
     }
 }
 

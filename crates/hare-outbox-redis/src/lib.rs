@@ -32,7 +32,7 @@
 mod delivery;
 mod wakeup;
 
-pub use delivery::{DEFAULT_TIMEOUT, RedisStreamsDelivery};
+pub use delivery::{DEFAULT_TIMEOUT, RedisStreamsDelivery, error_kind};
 pub use wakeup::{DEFAULT_CHANNEL, RedisWakeup};
 
 /// Re-exported so callers can build a [`redis::Client`] for the `from_client` constructors

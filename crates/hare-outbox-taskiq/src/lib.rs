@@ -73,8 +73,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hare_outbox_core::message::encoding::encode;
 use hare_outbox_core::{
-    Backend, Delivery, DeliveryError, Error, Outbox, OutboxEvent, OutboxMessage, OutboxRelay,
-    RelayConfig, Result,
+    Backend, Delivery, DeliveryError, DeliveryErrorKind, Error, Outbox, OutboxEvent, OutboxMessage,
+    OutboxRelay, RelayConfig, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Map, Value, json};
@@ -622,6 +622,22 @@ impl TaskiqDelivery {
     }
 }
 
+/// How a Redis error counts for the relay: an outage when the connection failed or Redis says
+/// to retry; otherwise the task's own fault (a queue key of another type, say).
+fn redis_error_kind(error: &redis::RedisError) -> DeliveryErrorKind {
+    let outage = error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_cluster_error()
+        || !matches!(error.retry_method(), redis::RetryMethod::NoRetry);
+    if outage {
+        DeliveryErrorKind::Outage
+    } else {
+        DeliveryErrorKind::Event
+    }
+}
+
 /// The Redis list transport.
 struct RedisList<'a> {
     client: &'a redis::Client,
@@ -649,6 +665,7 @@ impl RedisList<'_> {
         let connection = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             .map_err(|e| {
                 DeliveryError::with_source(format!("connecting to {} failed", self.server), e)
+                    .with_kind(DeliveryErrorKind::Outage)
             })?;
         *slot = Some(connection.clone());
         Ok(connection)
@@ -687,17 +704,21 @@ impl RedisList<'_> {
                 )
                 .await
                 {
-                    Err(_) => Err(DeliveryError::new(format!(
+                    Err(_) => Err(DeliveryError::outage(format!(
                         "LPUSH of {} task(s) to {server} timed out after {:.3} s",
                         pushed.len(),
                         timeout.as_secs_f64()
                     ))),
-                    Ok(Err(error)) => Err(DeliveryError::with_source(
-                        format!("LPUSH of {} task(s) to {server} failed", pushed.len()),
-                        error,
-                    )),
+                    Ok(Err(error)) => {
+                        let kind = redis_error_kind(&error);
+                        Err(DeliveryError::with_source(
+                            format!("LPUSH of {} task(s) to {server} failed", pushed.len()),
+                            error,
+                        )
+                        .with_kind(kind))
+                    }
                     Ok(Ok(replies)) if replies.len() != pushed.len() => {
-                        Err(DeliveryError::new(format!(
+                        Err(DeliveryError::outage(format!(
                             "{server} answered {} replies to a pipeline of {} LPUSH commands",
                             replies.len(),
                             pushed.len()
@@ -710,6 +731,7 @@ impl RedisList<'_> {
                 Ok(replies) => {
                     for ((i, queue), reply) in pushed.into_iter().zip(replies) {
                         results[i] = Some(reply.map(|_length| ()).map_err(|error| {
+                            let kind = redis_error_kind(&error);
                             DeliveryError::with_source(
                                 format!(
                                     "LPUSH of event {} onto {queue:?} on {server} failed",
@@ -717,13 +739,15 @@ impl RedisList<'_> {
                                 ),
                                 error,
                             )
+                            .with_kind(kind)
                         }));
                     }
                 }
                 Err(error) => {
                     let text = error.chain();
+                    let kind = error.kind();
                     for (i, _) in pushed {
-                        results[i] = Some(Err(DeliveryError::new(text.clone())));
+                        results[i] = Some(Err(DeliveryError::new(text.clone()).with_kind(kind)));
                     }
                 }
             }

@@ -48,6 +48,7 @@ pub struct Behaviour {
     answer: Answer,
     delay: Duration,
     body: Bytes,
+    headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +81,7 @@ impl Behaviour {
             answer: Answer::Fixed(status),
             delay: Duration::ZERO,
             body: Bytes::new(),
+            headers: Vec::new(),
         }
     }
 
@@ -120,6 +122,13 @@ impl Behaviour {
     /// `content-type: text/plain; charset=utf-8`).
     pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
         self.body = Bytes::from(body.into());
+        self
+    }
+
+    /// The same behaviour, adding the header `name: value` to every answer (e.g.
+    /// `Retry-After: 3`). A name or value HTTP cannot carry is left out.
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
 }
@@ -517,6 +526,14 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+    }
+    for (name, value) in &behaviour.headers {
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
     }
     response
 }

@@ -7,7 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use hare_outbox_core::{Backend, Outbox, OutboxMessage, RelayEvent, RelayObserver};
+use hare_outbox_core::delivery::{DeliveryParts, DestinationSpec};
+use hare_outbox_core::{
+    Backend, Delivery, DeliveryError, DeliveryReport, Outbox, OutboxEvent, OutboxMessage,
+    RelayEvent, RelayObserver, TopicFilter,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -207,4 +211,95 @@ pub fn assert_all_arrived_in_key_order(
         missing.first()
     );
     arrived.len()
+}
+
+/// Every call a [`CountingDelivery`] passed on: when, and how many events it carried.
+#[derive(Debug, Clone, Default)]
+pub struct SendLog(Arc<Mutex<Vec<(std::time::Instant, usize)>>>);
+
+impl SendLog {
+    /// Calls made from `from` on, and the events they carried.
+    pub fn since(&self, from: std::time::Instant) -> (usize, usize) {
+        self.between(from, std::time::Instant::now() + Duration::from_secs(3600))
+    }
+
+    /// Calls made from `from` until `to`, and the events they carried.
+    pub fn between(&self, from: std::time::Instant, to: std::time::Instant) -> (usize, usize) {
+        let sends = self.0.lock().map(|s| s.clone()).unwrap_or_default();
+        sends
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .fold((0, 0), |(calls, events), (_, n)| (calls + 1, events + n))
+    }
+}
+
+/// A delivery that passes every call on to `inner` and logs it in a [`SendLog`]: how many
+/// requests (batches, for a broker delivery) reach the destination.
+pub struct CountingDelivery<D> {
+    inner: D,
+    log: SendLog,
+}
+
+impl<D: Delivery> CountingDelivery<D> {
+    /// `inner`, counted; the log to read the counts from.
+    pub fn new(inner: D) -> (Self, SendLog) {
+        let log = SendLog::default();
+        (
+            CountingDelivery {
+                inner,
+                log: log.clone(),
+            },
+            log,
+        )
+    }
+
+    fn count(&self, events: usize) {
+        if let Ok(mut sends) = self.log.0.lock() {
+            sends.push((std::time::Instant::now(), events));
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<D: Delivery> Delivery for CountingDelivery<D> {
+    async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
+        self.count(1);
+        self.inner.deliver(event).await
+    }
+
+    async fn deliver_batch_reported(
+        &self,
+        events: &[OutboxEvent],
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Vec<DeliveryReport> {
+        self.count(events.len());
+        self.inner
+            .deliver_batch_reported(events, concurrency, timeout)
+            .await
+    }
+
+    fn keeps_key_order(&self) -> bool {
+        self.inner.keeps_key_order()
+    }
+
+    fn destination(&self) -> Option<&DestinationSpec> {
+        self.inner.destination()
+    }
+
+    async fn destination_of(&self, event: &OutboxEvent) -> Option<String> {
+        self.inner.destination_of(event).await
+    }
+
+    fn split(&self, events: &[OutboxEvent]) -> Option<DeliveryParts> {
+        self.inner.split(events)
+    }
+
+    fn leasable_topics(&self, is_paused: &dyn Fn(&str) -> bool) -> TopicFilter {
+        self.inner.leasable_topics(is_paused)
+    }
+
+    async fn close(&self) -> Result<(), DeliveryError> {
+        self.inner.close().await
+    }
 }

@@ -81,9 +81,11 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use hare_outbox_core::redact::{self, UrlKind};
-use hare_outbox_core::{Delivery, DeliveryError, DeliveryReport, Error, OutboxEvent, Result};
+use hare_outbox_core::{
+    Delivery, DeliveryError, DeliveryErrorKind, DeliveryReport, Error, OutboxEvent, Result,
+};
 use hmac::{Hmac, KeyInit, Mac};
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Client, Response, StatusCode, redirect};
 use sha2::Sha256;
 
@@ -277,6 +279,15 @@ const SECRET_WITH_TARGET: &str = "webhook delivery has a secret and a target; wi
 /// the framing headers `content-length`, `transfer-encoding`, `host`, `connection`, `te`,
 /// `trailer`, `upgrade`, `keep-alive`, `proxy-connection`).
 ///
+/// Failures are classified for the relay ([`DeliveryErrorKind`]): a connection error, a timeout,
+/// a 5xx, 408 or 429 answer is an outage (it counts towards the destination's circuit breaker);
+/// with a `Retry-After` (seconds or an HTTP date) on a 429 or 5xx the event is tried again that
+/// much later (at most the relay's `retry_max`), and an opening breaker waits at least as long;
+/// 410 Gone and 413 Content Too Large are permanent (the event is dead-lettered at once); any
+/// other answer (400, 404, a redirect) is the event's own fault: it counts an attempt and leaves
+/// the breaker alone. A target function's error keeps its kind. With per-event targets each
+/// target's `host:port` is a destination of its own ([`Delivery::destination_of`]).
+///
 /// The relay gets a [`WebhookResult`] for every attempt through
 /// [`Delivery::deliver_batch_reported`].
 ///
@@ -286,6 +297,8 @@ const SECRET_WITH_TARGET: &str = "webhook delivery has a secret and a target; wi
 pub struct WebhookDelivery {
     client: Client,
     destination: Destination,
+    /// Targets looked up for [`Delivery::destination_of`], kept for the send that follows.
+    resolved: Arc<std::sync::Mutex<ResolvedTargets>>,
     timeout: Duration,
     headers: HeaderMap,
     signature_header: HeaderName,
@@ -513,6 +526,7 @@ impl WebhookDeliveryBuilder {
         let mut delivery = WebhookDelivery {
             client,
             destination,
+            resolved: Arc::default(),
             timeout: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
             headers: HeaderMap::new(),
             signature_header: HeaderName::from_static(DEFAULT_SIGNATURE_HEADER),
@@ -644,12 +658,20 @@ impl WebhookDelivery {
                 (url.clone(), shown.clone(), secret.clone(), Vec::new())
             }
             Destination::Target { target } => {
-                let target = target(event).await.map_err(|e| {
-                    fail(DeliveryError::with_source(
-                        format!("the webhook target of event {} failed", event.id),
-                        e,
-                    ))
-                })?;
+                let cached = self.take_resolved(event);
+                let target = match cached {
+                    Some(target) => target,
+                    None => target(event).await.map_err(|e| {
+                        let kind = e.kind();
+                        fail(
+                            DeliveryError::with_source(
+                                format!("the webhook target of event {} failed", event.id),
+                                e,
+                            )
+                            .with_kind(kind),
+                        )
+                    })?,
+                };
                 let url = parse_url(&target.url, self.public_url).map_err(|e| {
                     fail(DeliveryError::new(format!(
                         "the webhook target of event {}: {e}",
@@ -687,6 +709,7 @@ impl WebhookDelivery {
             .headers()
             .get(LOCATION)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let headers_of_answer = response.headers().get(RETRY_AFTER).cloned();
         let (text, more) = read_body(response).await;
         let text = redact::without_parts(&text, &parts);
         let result = WebhookResult {
@@ -697,6 +720,7 @@ impl WebhookDelivery {
         if status.is_success() {
             return Ok(result);
         }
+        let retry_after = response_retry_after(&headers_of_answer);
         let mut message = format!("webhook {shown_url} answered {}", show_status(status));
         if status.is_redirection() {
             message.push_str(" (redirects are not followed");
@@ -716,7 +740,11 @@ impl WebhookDelivery {
             message.push_str(": ");
             message.push_str(&snippet);
         }
-        let error = DeliveryError::new(message);
+        let kind = status_kind(status, retry_after);
+        if let DeliveryErrorKind::RetryAfter(after) = kind {
+            message.push_str(&format!(" (retry after {:.3} s)", after.as_secs_f64()));
+        }
+        let error = DeliveryError::new(message).with_kind(kind);
         let result = WebhookResult {
             error: Some(result_text(&error.chain())),
             ..result
@@ -774,13 +802,87 @@ impl WebhookDelivery {
         };
         // The URL is in the message already, without a password.
         DeliveryError::with_source(message, error.without_url())
+            .with_kind(DeliveryErrorKind::Outage)
     }
+
+    /// A target looked up for `event` by [`Delivery::destination_of`] a moment ago.
+    fn take_resolved(&self, event: &OutboxEvent) -> Option<WebhookTarget> {
+        let mut resolved = self
+            .resolved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (at, target) = resolved.remove(&event.id)?;
+        (at.elapsed() <= RESOLVED_FOR).then_some(target)
+    }
+}
+
+/// Targets looked up ahead of their send, by event id, with when.
+type ResolvedTargets = std::collections::HashMap<uuid::Uuid, (std::time::Instant, WebhookTarget)>;
+
+/// How long a target looked up by [`Delivery::destination_of`] is used for its event's send;
+/// an older one is looked up again.
+const RESOLVED_FOR: Duration = Duration::from_secs(30);
+
+/// Most targets kept between their look-up and their send.
+const RESOLVED_MAX: usize = 10_000;
+
+/// How a failed answer counts: see [`WebhookDelivery`].
+fn status_kind(status: StatusCode, retry_after: Option<Duration>) -> DeliveryErrorKind {
+    let outage = status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT;
+    match (status, retry_after) {
+        (StatusCode::GONE | StatusCode::PAYLOAD_TOO_LARGE, _) => DeliveryErrorKind::Permanent,
+        (_, Some(after)) if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() => {
+            DeliveryErrorKind::RetryAfter(after)
+        }
+        _ if outage => DeliveryErrorKind::Outage,
+        _ => DeliveryErrorKind::Event,
+    }
+}
+
+/// The wait a `Retry-After` header asks for: delay-seconds, or an HTTP date (a date in the past
+/// asks for no wait). `None` without the header or with a value that is neither.
+fn response_retry_after(value: &Option<HeaderValue>) -> Option<Duration> {
+    let text = value.as_ref()?.to_str().ok()?.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 #[async_trait]
 impl Delivery for WebhookDelivery {
     async fn deliver(&self, event: &OutboxEvent) -> std::result::Result<(), DeliveryError> {
         self.attempt(event).await.0
+    }
+
+    /// With per-event targets, the `host:port` of `event`'s target (looked up now and kept
+    /// for the send that follows); `None` for a delivery to one URL, or when the target
+    /// cannot be looked up (the send then fails with the reason).
+    async fn destination_of(&self, event: &OutboxEvent) -> Option<String> {
+        let Destination::Target { target } = &self.destination else {
+            return None;
+        };
+        let found = target(event).await.ok()?;
+        let url = Url::parse(found.url()).ok()?;
+        let host = format!("{}:{}", url.host_str()?, url.port_or_known_default()?);
+        let mut resolved = self
+            .resolved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if resolved.len() >= RESOLVED_MAX {
+            resolved.retain(|_, (at, _)| at.elapsed() <= RESOLVED_FOR);
+            if resolved.len() >= RESOLVED_MAX {
+                resolved.clear();
+            }
+        }
+        resolved.insert(event.id, (std::time::Instant::now(), found));
+        Some(host)
     }
 
     /// Sends up to `concurrency` events at once, each within `timeout`, and reports each
@@ -799,7 +901,7 @@ impl Delivery for WebhookDelivery {
                         match tokio::time::timeout(timeout, self.attempt(event)).await {
                             Ok(attempt) => attempt,
                             Err(_) => {
-                                let error = DeliveryError::new(format!(
+                                let error = DeliveryError::outage(format!(
                                     "delivery timed out after {:.3} s",
                                     timeout.as_secs_f64()
                                 ));
@@ -1097,6 +1199,57 @@ mod tests {
             record.to_json(),
             serde_json::json!({"status_code": 500, "body": "boom", "error": null})
         );
+    }
+
+    #[test]
+    fn answers_are_classified_for_the_relay() {
+        let code = |c: u16| StatusCode::from_u16(c).unwrap();
+        let three = Some(Duration::from_secs(3));
+        assert_eq!(status_kind(code(503), None), DeliveryErrorKind::Outage);
+        assert_eq!(status_kind(code(500), None), DeliveryErrorKind::Outage);
+        assert_eq!(status_kind(code(429), None), DeliveryErrorKind::Outage);
+        assert_eq!(status_kind(code(408), None), DeliveryErrorKind::Outage);
+        assert_eq!(
+            status_kind(code(429), three),
+            DeliveryErrorKind::RetryAfter(Duration::from_secs(3))
+        );
+        assert_eq!(
+            status_kind(code(503), three),
+            DeliveryErrorKind::RetryAfter(Duration::from_secs(3))
+        );
+        assert_eq!(status_kind(code(410), None), DeliveryErrorKind::Permanent);
+        assert_eq!(status_kind(code(413), three), DeliveryErrorKind::Permanent);
+        for c in [400, 401, 404, 302, 422] {
+            assert_eq!(status_kind(code(c), three), DeliveryErrorKind::Event, "{c}");
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let header = |v: &str| Some(HeaderValue::from_str(v).unwrap());
+        assert_eq!(
+            response_retry_after(&header("3")),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            response_retry_after(&header(" 120 ")),
+            Some(Duration::from_secs(120))
+        );
+        let in_a_minute =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(61));
+        let wait = response_retry_after(&header(&in_a_minute)).unwrap();
+        assert!(
+            wait > Duration::from_secs(55) && wait <= Duration::from_secs(61),
+            "{wait:?}"
+        );
+        assert_eq!(
+            response_retry_after(&header("Wed, 21 Oct 2015 07:28:00 GMT")),
+            Some(Duration::ZERO),
+            "a date in the past asks for no wait"
+        );
+        assert_eq!(response_retry_after(&header("soon")), None);
+        assert_eq!(response_retry_after(&header("-1")), None);
+        assert_eq!(response_retry_after(&None), None);
     }
 
     #[test]

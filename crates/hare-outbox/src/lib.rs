@@ -65,14 +65,16 @@
 
 // The user API, item by item (the backend seam is in `backend`, not here).
 pub use hare_outbox_core::{
-    Backlog, CONCURRENCY_RANGE, CancellationToken, CaptureStatus, ChangeCapture, ChangePayload,
-    CleanupOutcome, ColumnType, Delivery, DeliveryError, DeliveryReport, EVENT_ID_HEADER, Error,
-    EventPage, EventQuery, EventStatus, ExtraColumn, ExtraValue, FinishedState, FnDelivery,
-    IdempotencyScope, InProcessWakeup, Inbox, Journal, JsonLinesDelivery, MAX_KEY_CHARS,
-    MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, MigrationStatus, MigrationStream, Outbox,
-    OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable, OutboxTransaction, PollOutcome,
-    RelayConfig, RelayEvent, RelayObserver, RelayStats, Result, RowOperation, StoredRow,
-    TOPIC_HEADER, TopicFilter, TopicPattern, TopicRouter, Wakeup, WakeupSubscription,
+    Backlog, BreakerConfig, BreakerState, CONCURRENCY_RANGE, CancellationToken, CaptureStatus,
+    ChangeCapture, ChangePayload, CleanupOutcome, ColumnType, Delivery, DeliveryError,
+    DeliveryErrorKind, DeliveryReport, Destination, DestinationSpec, DestinationStatus,
+    Destinations, EVENT_ID_HEADER, Error, EventPage, EventQuery, EventStatus, ExtraColumn,
+    ExtraValue, FinishedState, FnDelivery, IdempotencyScope, InProcessWakeup, Inbox, Journal,
+    JsonLinesDelivery, MAX_KEY_CHARS, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
+    MigrationStatus, MigrationStream, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
+    OutboxTransaction, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats, Result,
+    RowOperation, StoredRow, TOPIC_HEADER, TopicFilter, TopicPattern, TopicRouter, Wakeup,
+    WakeupSubscription,
 };
 pub use hare_outbox_core::{
     BoxError, capture, delivery, error, event, extra, inbox, journal, json, message, migration,

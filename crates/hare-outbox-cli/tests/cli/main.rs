@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod breaker;
 mod brokers;
 mod capture;
 mod clock_skew;

@@ -7,11 +7,14 @@ use futures::StreamExt;
 
 use crate::error::DeliveryError;
 use crate::event::OutboxEvent;
+use crate::topic::TopicFilter;
 
+mod destination;
 mod func;
 mod jsonl;
 mod router;
 
+pub use destination::{Destination, DestinationSpec};
 pub use func::FnDelivery;
 pub use jsonl::{JsonLinesDelivery, json_line};
 pub use router::TopicRouter;
@@ -86,7 +89,7 @@ pub trait Delivery: Send + Sync + 'static {
                 Box::pin(async move {
                     match tokio::time::timeout(timeout, self.deliver(event)).await {
                         Ok(result) => result,
-                        Err(_) => Err(DeliveryError::new(format!(
+                        Err(_) => Err(DeliveryError::outage(format!(
                             "delivery timed out after {:.3} s",
                             timeout.as_secs_f64()
                         ))),
@@ -136,6 +139,150 @@ pub trait Delivery: Send + Sync + 'static {
     async fn close(&self) -> Result<(), DeliveryError> {
         Ok(())
     }
+
+    /// This delivery's name and its own circuit breaker and rate-limit settings, as a
+    /// [`Destination`] gives them. Defaults to `None`: the relay names it (`delivery`, or the
+    /// route's pattern behind a [`TopicRouter`]) and applies its own breaker options.
+    fn destination(&self) -> Option<&DestinationSpec> {
+        None
+    }
+
+    /// The endpoint `event` goes to within this delivery, for a delivery that sends different
+    /// events to different endpoints (a webhook with per-event targets answers with the target's
+    /// `host:port`). The relay gives each such endpoint a circuit breaker and rate limit of its
+    /// own, named `<destination>/<endpoint>`. Only asked of deliveries that send event by event
+    /// ([`keeps_key_order`](Delivery::keeps_key_order) `false`). Defaults to `None`: the
+    /// delivery is one endpoint.
+    async fn destination_of(&self, event: &OutboxEvent) -> Option<String> {
+        let _ = event;
+        None
+    }
+
+    /// For a delivery that hands events on to other deliveries ([`TopicRouter`]): the batch
+    /// split by destination, so that the relay can apply each one's circuit breaker and rate
+    /// limit. Defaults to `None`: the delivery is one destination.
+    fn split(&self, events: &[OutboxEvent]) -> Option<DeliveryParts> {
+        let _ = events;
+        None
+    }
+
+    /// The topics the relay may lease while the destinations for which `is_paused(name)` holds
+    /// are open: a [`TopicRouter`] leaves out the topics of its open routes, so their events are
+    /// not leased (and released again) while nothing can be sent to them. Defaults to every
+    /// topic.
+    fn leasable_topics(&self, is_paused: &dyn Fn(&str) -> bool) -> TopicFilter {
+        let _ = is_paused;
+        TopicFilter::all()
+    }
+}
+
+/// One destination's share of a batch: see [`Delivery::split`].
+#[non_exhaustive]
+pub struct DeliveryPart {
+    /// The destination's name: its [`Destination`] name, else the route's pattern.
+    pub name: String,
+    /// Where its events go.
+    pub delivery: std::sync::Arc<dyn Delivery>,
+    /// Indexes of its events in the batch, in batch order.
+    pub events: Vec<usize>,
+}
+
+impl DeliveryPart {
+    /// The part of `delivery`, named `name`, holding the events at `events`.
+    pub fn new(
+        name: impl Into<String>,
+        delivery: std::sync::Arc<dyn Delivery>,
+        events: Vec<usize>,
+    ) -> Self {
+        DeliveryPart {
+            name: name.into(),
+            delivery,
+            events,
+        }
+    }
+}
+
+/// A batch split by destination: see [`Delivery::split`].
+#[derive(Default)]
+#[non_exhaustive]
+pub struct DeliveryParts {
+    /// The parts, each with its destination's events.
+    pub parts: Vec<DeliveryPart>,
+    /// Events settled without a send, with their report: no route takes them, or they wait
+    /// behind an earlier event of their ordering key that goes elsewhere.
+    pub settled: Vec<(usize, DeliveryReport)>,
+}
+
+impl std::fmt::Debug for DeliveryParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryParts")
+            .field(
+                "parts",
+                &self
+                    .parts
+                    .iter()
+                    .map(|p| (p.name.as_str(), p.events.len()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("settled", &self.settled.len())
+            .finish()
+    }
+}
+
+/// Sends the parts of a split batch at the same time, each through `send(its name, its
+/// delivery, its events, its share of the concurrency)`, and puts the reports back in the
+/// batch's order. The parts share `concurrency`: each holds a share of it (at least 1) while it
+/// runs.
+pub(crate) async fn deliver_parts<'a, F>(
+    split: DeliveryParts,
+    events: &[OutboxEvent],
+    concurrency: usize,
+    send: F,
+) -> Vec<DeliveryReport>
+where
+    F: Fn(
+        String,
+        std::sync::Arc<dyn Delivery>,
+        Vec<OutboxEvent>,
+        usize,
+    ) -> futures::future::BoxFuture<'a, Vec<DeliveryReport>>,
+{
+    let mut results: Vec<Option<DeliveryReport>> = (0..events.len()).map(|_| None).collect();
+    for (i, report) in split.settled {
+        if let Some(slot) = results.get_mut(i) {
+            *slot = Some(report);
+        }
+    }
+    let concurrency = concurrency.max(1);
+    let total: usize = split.parts.iter().map(|p| p.events.len()).sum();
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let send = &send;
+    let sends = split.parts.into_iter().map(|part| {
+        let permits = permits.clone();
+        async move {
+            // This part's share of the concurrency, held while it runs.
+            let share = (concurrency * part.events.len() / total.max(1)).clamp(1, concurrency);
+            let _held = permits.acquire_many(share as u32).await.ok();
+            let batch: Vec<OutboxEvent> = part.events.iter().map(|&i| events[i].clone()).collect();
+            let out = send(part.name, part.delivery, batch, share).await;
+            (part.events, out)
+        }
+    });
+    for (indexes, out) in futures::future::join_all(sends).await {
+        let mut out = out.into_iter();
+        for i in indexes {
+            results[i] = Some(out.next().unwrap_or_else(|| {
+                Err(DeliveryError::new(
+                    "the route's delivery returned too few results",
+                ))
+                .into()
+            }));
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(DeliveryError::new("event not routed")).into()))
+        .collect()
 }
 
 #[async_trait]
@@ -166,6 +313,18 @@ impl<D: Delivery + ?Sized> Delivery for std::sync::Arc<D> {
     }
     async fn close(&self) -> Result<(), DeliveryError> {
         (**self).close().await
+    }
+    fn destination(&self) -> Option<&DestinationSpec> {
+        (**self).destination()
+    }
+    async fn destination_of(&self, event: &OutboxEvent) -> Option<String> {
+        (**self).destination_of(event).await
+    }
+    fn split(&self, events: &[OutboxEvent]) -> Option<DeliveryParts> {
+        (**self).split(events)
+    }
+    fn leasable_topics(&self, is_paused: &dyn Fn(&str) -> bool) -> TopicFilter {
+        (**self).leasable_topics(is_paused)
     }
 }
 

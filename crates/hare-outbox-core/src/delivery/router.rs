@@ -7,9 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 
-use super::{Delivery, DeliveryReport, NOT_ATTEMPTED, deliver_in_key_order};
+use super::{
+    Delivery, DeliveryPart, DeliveryParts, DeliveryReport, NOT_ATTEMPTED, deliver_in_key_order,
+    deliver_parts,
+};
 use crate::error::{DeliveryError, Error, Result};
 use crate::event::OutboxEvent;
+use crate::topic::{TopicFilter, TopicPattern};
 
 /// Sends each event to the delivery of its topic: the route named exactly by the topic first,
 /// else the first glob route that matches it, in declaration order, else the default. An event no
@@ -94,7 +98,7 @@ impl TopicRouter {
     pub fn route_of(&self, topic: &str) -> Option<&str> {
         match self.index_of(topic) {
             Some(Some(i)) => Some(self.routes[i].0.as_str()),
-            Some(None) => Some("(default)"),
+            Some(None) => Some(DEFAULT_ROUTE),
             None => None,
         }
     }
@@ -115,6 +119,77 @@ impl TopicRouter {
             Some(i) => Some(&self.routes[i].1),
             None => self.default.as_ref(),
         }
+    }
+}
+
+/// The destination name of the default delivery: its [`Destination`](crate::Destination)
+/// name, else `(default)`.
+fn default_name(delivery: &dyn Delivery) -> String {
+    delivery
+        .destination()
+        .map_or_else(|| DEFAULT_ROUTE.to_owned(), |spec| spec.name.clone())
+}
+
+/// How [`TopicRouter::route_of`] names the default route.
+const DEFAULT_ROUTE: &str = "(default)";
+
+impl TopicRouter {
+    /// The destination name of route `i`: its delivery's [`Destination`](crate::Destination)
+    /// name, else its pattern.
+    fn route_name(&self, i: usize) -> String {
+        let (pattern, delivery) = &self.routes[i];
+        delivery
+            .destination()
+            .map_or_else(|| pattern.clone(), |spec| spec.name.clone())
+    }
+
+    /// The batch split by route, with the events no route takes and those held behind an
+    /// earlier event of their key on another route settled.
+    fn split_batch(&self, events: &[OutboxEvent]) -> DeliveryParts {
+        let mut parts: Vec<DeliveryPart> = Vec::new();
+        let mut part_of: HashMap<usize, usize> = HashMap::new();
+        let mut settled: Vec<(usize, DeliveryReport)> = Vec::new();
+        // The route of each key's first event; a later event of the key on another route waits.
+        let mut key_route: HashMap<&str, usize> = HashMap::new();
+        let mut held_keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for (i, event) in events.iter().enumerate() {
+            let key = event.ordering_key.as_deref();
+            if key.is_some_and(|k| held_keys.contains(k)) {
+                settled.push((i, Err(DeliveryError::not_attempted(NOT_ATTEMPTED)).into()));
+                continue;
+            }
+            let Some(route) = self.index_of(&event.topic) else {
+                settled.push((i, Err(unrouted(&event.topic)).into()));
+                if let Some(k) = key {
+                    held_keys.insert(k);
+                }
+                continue;
+            };
+            let slot = route.unwrap_or(usize::MAX);
+            if let Some(k) = key
+                && *key_route.entry(k).or_insert(slot) != slot
+            {
+                held_keys.insert(k);
+                settled.push((i, Err(DeliveryError::not_attempted(NOT_ATTEMPTED)).into()));
+                continue;
+            }
+            let (name, delivery) = match route {
+                Some(r) => (self.route_name(r), self.routes[r].1.clone()),
+                None => match &self.default {
+                    Some(d) => (default_name(d.as_ref()), d.clone()),
+                    None => {
+                        settled.push((i, Err(unrouted(&event.topic)).into()));
+                        continue;
+                    }
+                },
+            };
+            let n = *part_of.entry(slot).or_insert_with(|| {
+                parts.push(DeliveryPart::new(name, delivery, Vec::new()));
+                parts.len() - 1
+            });
+            parts[n].events.push(i);
+        }
+        DeliveryParts { parts, settled }
     }
 }
 
@@ -161,79 +236,83 @@ impl Delivery for TopicRouter {
         concurrency: usize,
         timeout: Duration,
     ) -> Vec<DeliveryReport> {
-        let mut parts: HashMap<usize, (Arc<dyn Delivery>, Vec<usize>)> = HashMap::new();
-        let mut results: Vec<Option<DeliveryReport>> = (0..events.len()).map(|_| None).collect();
-        // The route of each key's first event; a later event of the key on another route waits.
-        let mut key_route: HashMap<&str, usize> = HashMap::new();
-        let mut held_keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        for (i, event) in events.iter().enumerate() {
-            let key = event.ordering_key.as_deref();
-            if key.is_some_and(|k| held_keys.contains(k)) {
-                results[i] = Some(Err(DeliveryError::not_attempted(NOT_ATTEMPTED)).into());
-                continue;
-            }
-            let Some(route) = self.index_of(&event.topic) else {
-                results[i] = Some(Err(unrouted(&event.topic)).into());
-                if let Some(k) = key {
-                    held_keys.insert(k);
-                }
-                continue;
-            };
-            let part = route.unwrap_or(usize::MAX);
-            if let Some(k) = key
-                && *key_route.entry(k).or_insert(part) != part
-            {
-                held_keys.insert(k);
-                results[i] = Some(Err(DeliveryError::not_attempted(NOT_ATTEMPTED)).into());
-                continue;
-            }
-            let delivery = match route {
-                Some(r) => self.routes[r].1.clone(),
-                None => match &self.default {
-                    Some(d) => d.clone(),
-                    None => {
-                        results[i] = Some(Err(unrouted(&event.topic)).into());
-                        continue;
-                    }
-                },
-            };
-            parts
-                .entry(part)
-                .or_insert_with(|| (delivery, Vec::new()))
-                .1
-                .push(i);
-        }
-        let concurrency = concurrency.max(1);
-        let total: usize = parts.values().map(|(_, p)| p.len()).sum();
-        let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
-        let sends = parts.into_values().map(|(delivery, indexes)| {
-            let permits = permits.clone();
-            async move {
-                // This part's share of the concurrency, held while it runs.
-                let share = (concurrency * indexes.len() / total.max(1)).clamp(1, concurrency);
-                let _held = permits.acquire_many(share as u32).await.ok();
-                let batch: Vec<OutboxEvent> = indexes.iter().map(|&i| events[i].clone()).collect();
-                let out = deliver_in_key_order(delivery.as_ref(), &batch, share, timeout).await;
-                (indexes, out)
-            }
-        });
-        for (indexes, out) in futures::future::join_all(sends).await {
-            let mut out = out.into_iter();
-            for i in indexes {
-                results[i] = Some(out.next().unwrap_or_else(|| {
-                    Err(DeliveryError::new(
-                        "the route's delivery returned too few results",
-                    ))
-                    .into()
-                }));
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(DeliveryError::new("event not routed")).into()))
-            .collect()
+        let split = self.split_batch(events);
+        deliver_parts(split, events, concurrency, |_, delivery, batch, share| {
+            Box::pin(async move {
+                deliver_in_key_order(delivery.as_ref(), &batch, share, timeout).await
+            })
+        })
+        .await
     }
 
+    /// One part per route taking events of the batch, named by its delivery's
+    /// [`Destination`](crate::Destination) name, else its pattern (`(default)` for the default
+    /// delivery); see [`TopicRouter::deliver_batch_reported`] for the events held back.
+    fn split(&self, events: &[OutboxEvent]) -> Option<DeliveryParts> {
+        Some(self.split_batch(events))
+    }
+
+    /// Every topic but those only open routes take: for each route whose destination is paused,
+    /// its pattern when it is a name or a `prefix*` glob and no route taking precedence over it
+    /// (an exact route, an earlier glob) could take a topic it matches while still open; with
+    /// the default paused, only topics some route's pattern (all names or `prefix*` globs)
+    /// matches. Patterns that cannot be written as a topic filter leave their topics leasable:
+    /// their events are leased and deferred to the destination's next probe instead.
+    fn leasable_topics(&self, is_paused: &dyn Fn(&str) -> bool) -> TopicFilter {
+        let route_paused = |i: usize| is_paused(&self.route_name(i));
+        let as_filter = |pattern: &str| -> Option<TopicPattern> {
+            let body = pattern.strip_suffix('*').unwrap_or(pattern);
+            if body.contains(['*', '?', '[']) {
+                return None;
+            }
+            TopicPattern::parse(pattern).ok()
+        };
+        let mut exclude = Vec::new();
+        for (i, (pattern, _)) in self.routes.iter().enumerate() {
+            if !route_paused(i) {
+                continue;
+            }
+            let Some(own) = as_filter(pattern) else {
+                continue;
+            };
+            // A topic it matches may go to an exact route or an earlier glob instead: exclude
+            // only when every such route is paused too.
+            let blocks_open_route = self.routes.iter().enumerate().any(|(j, (other, _))| {
+                if j == i || route_paused(j) {
+                    return false;
+                }
+                let exact = !other.contains(['*', '?', '[']);
+                if exact {
+                    return own.matches(other);
+                }
+                if j > i {
+                    return false;
+                }
+                match as_filter(other) {
+                    Some(TopicPattern::Prefix(q)) => match &own {
+                        TopicPattern::Prefix(p) => {
+                            p.starts_with(q.as_str()) || q.starts_with(p.as_str())
+                        }
+                        TopicPattern::Exact(n) => n.starts_with(q.as_str()),
+                    },
+                    Some(TopicPattern::Exact(n)) => own.matches(&n),
+                    None => true,
+                }
+            });
+            if !blocks_open_route {
+                exclude.push(own);
+            }
+        }
+        let include = match &self.default {
+            Some(default) if is_paused(&default_name(default.as_ref())) => {
+                let patterns: Option<Vec<TopicPattern>> =
+                    self.routes.iter().map(|(p, _)| as_filter(p)).collect();
+                patterns
+            }
+            _ => None,
+        };
+        TopicFilter::from_patterns(include, exclude)
+    }
     /// `true`: the router keeps each key's order itself (see
     /// [`TopicRouter::deliver_batch_reported`]).
     fn keeps_key_order(&self) -> bool {
@@ -476,5 +555,81 @@ mod tests {
             assert!(report.result.as_ref().unwrap_err().is_not_attempted());
         }
         assert_eq!(*seen.lock().unwrap(), vec![0, 1]);
+    }
+
+    /// The topics left out of leases follow which routes are paused, never taking a topic that
+    /// a route still open would send.
+    #[test]
+    fn leasable_topics_leave_out_only_what_paused_routes_alone_take() {
+        let router = TopicRouter::new()
+            .route("billing.*", ok())
+            .unwrap()
+            .route("audit.login", ok())
+            .unwrap()
+            .route("audit.*", ok())
+            .unwrap()
+            .route("x?z", ok())
+            .unwrap()
+            .with_default(crate::Destination::new("rest", ok()).unwrap());
+        let leasable = |paused: &[&str]| {
+            let paused: Vec<String> = paused.iter().map(|s| s.to_string()).collect();
+            router.leasable_topics(&|name| paused.iter().any(|p| p == name))
+        };
+        assert!(leasable(&[]).is_all());
+        let f = leasable(&["billing.*"]);
+        assert!(!f.matches("billing.paid") && f.matches("audit.x") && f.matches("other"));
+        // audit.* is paused but audit.login (exact, open) takes one of its topics: nothing is
+        // left out, the paused route's events are deferred after the lease instead.
+        let f = leasable(&["audit.*"]);
+        assert!(f.is_all(), "{f:?}");
+        let f = leasable(&["audit.*", "audit.login"]);
+        assert!(!f.matches("audit.login") && !f.matches("audit.x") && f.matches("billing.a"));
+        // A glob that is not a prefix cannot be written as a filter.
+        assert!(leasable(&["x?z"]).is_all());
+        // The default paused: only topics some route takes (x?z cannot be written: no filter).
+        assert!(leasable(&["rest"]).is_all());
+        let router = TopicRouter::new()
+            .route("billing.*", ok())
+            .unwrap()
+            .with_default(crate::Destination::new("rest", ok()).unwrap());
+        let f = router.leasable_topics(&|name| name == "rest");
+        assert!(f.matches("billing.paid") && !f.matches("other"));
+        let f = router.leasable_topics(&|name| name == "rest" || name == "billing.*");
+        assert!(!f.matches("billing.paid") && !f.matches("other"));
+    }
+
+    /// Parts are named by the route's destination name, else its pattern, and a route's events
+    /// keep their batch order.
+    #[test]
+    fn split_names_parts_by_destination_or_pattern() {
+        let router = TopicRouter::new()
+            .route("a", crate::Destination::new("alpha", ok()).unwrap())
+            .unwrap()
+            .route("b.*", ok())
+            .unwrap();
+        let events = [
+            OutboxEvent::new("a".to_owned(), serde_json::json!(0)),
+            OutboxEvent::new("b.x".to_owned(), serde_json::json!(1)),
+            OutboxEvent::new("a".to_owned(), serde_json::json!(2)),
+            OutboxEvent::new("nowhere".to_owned(), serde_json::json!(3)),
+        ];
+        let split = router.split(&events).unwrap();
+        let parts: Vec<(&str, &[usize])> = split
+            .parts
+            .iter()
+            .map(|p| (p.name.as_str(), p.events.as_slice()))
+            .collect();
+        assert_eq!(parts, [("alpha", &[0, 2][..]), ("b.*", &[1][..])]);
+        assert_eq!(split.settled.len(), 1);
+        assert_eq!(split.settled[0].0, 3);
+        assert!(
+            split.settled[0]
+                .1
+                .result
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("no route")
+        );
     }
 }

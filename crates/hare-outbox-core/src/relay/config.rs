@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::BreakerConfig;
 use crate::error::{Error, Result};
 use crate::topic::TopicFilter;
 
@@ -75,6 +76,20 @@ pub struct RelayConfig {
     /// An attempt without a record leaves the column as it was. Checked when the relay is built:
     /// the table must declare the column with the JSON type. Defaults to none.
     pub result_column: Option<String>,
+    /// The circuit breaker of every destination (the delivery, each route of a
+    /// [`TopicRouter`](crate::TopicRouter), each webhook target host) unless its
+    /// [`Destination`](crate::Destination) sets its own. After
+    /// [`failure_threshold`](BreakerConfig::failure_threshold) consecutive failures that look
+    /// like an outage the destination opens: its events are not sent and their attempts not
+    /// counted (they wait, `next_attempt_at` pushed to the next probe), while other destinations
+    /// keep flowing; while the relay's only destination is open it leases nothing, and a router's
+    /// open routes' topics are left out of its leases. A probe goes out after
+    /// [`probe_interval`](BreakerConfig::probe_interval), doubling per failed probe up to
+    /// [`probe_interval_max`](BreakerConfig::probe_interval_max); the first answer closes it and
+    /// sending ramps up again (1, 2, 4, … sends at once). The state lives in the relay process:
+    /// several relays on one table each have their own breakers. Defaults to
+    /// [`BreakerConfig::default`]: on, 5 failures, probes after 1 s up to 60 s.
+    pub breaker: BreakerConfig,
 }
 
 impl Default for RelayConfig {
@@ -95,6 +110,7 @@ impl Default for RelayConfig {
             cleanup_batch_size: 1000,
             backlog_interval: Duration::from_secs(15),
             result_column: None,
+            breaker: BreakerConfig::default(),
         }
     }
 }
@@ -154,6 +170,12 @@ impl RelayConfig {
         TopicFilter::new(self.topics.as_ref(), &self.exclude_topics)
     }
 
+    /// Sets [`RelayConfig::breaker`].
+    pub fn with_breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
     /// Sets [`RelayConfig::result_column`].
     pub fn with_result_column(mut self, column: impl Into<String>) -> Self {
         self.result_column = Some(column.into());
@@ -173,7 +195,7 @@ impl RelayConfig {
     /// outside 1..=10000, max attempts below 1, concurrency outside 1..=10000, a poll interval
     /// below 10 ms, a lease below 1 s, a delivery timeout below 10 ms or not below the lease, a
     /// retry base above the retry max, an empty `topics` list, an empty or over-255-character
-    /// name.
+    /// name, breaker options [`BreakerConfig::validate`] refuses.
     pub fn validate(&self) -> Result<()> {
         if !BATCH_SIZE_RANGE.contains(&self.batch_size) {
             return Err(Error::configuration(format!(
@@ -242,6 +264,7 @@ impl RelayConfig {
             )));
         }
         self.topic_filter()?;
+        self.breaker.validate()?;
         let name_chars = self.name.chars().count();
         if self.name.trim().is_empty() || name_chars > 255 {
             return Err(Error::configuration(format!(

@@ -1,6 +1,8 @@
 //! The relay: leases events, delivers them outside any transaction, marks them.
 
+mod breaker;
 mod config;
+mod gate;
 mod observe;
 mod retry;
 
@@ -12,10 +14,15 @@ use chrono::{DateTime, Utc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use breaker::{
+    BreakerConfig, BreakerState, DestinationStatus, Destinations, MAX_FAILURE_THRESHOLD,
+    MAX_PER_SECOND, MIN_PROBE_INTERVAL, check_max_per_second,
+};
 pub use config::{
     BATCH_SIZE_RANGE, CONCURRENCY_RANGE, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
     RelayConfig, default_name,
 };
+pub use gate::DEFAULT_DESTINATION;
 pub use observe::{RelayEvent, RelayObserver, RelayStats};
 pub use retry::{random_jitter, retry_delay};
 
@@ -24,8 +31,8 @@ use crate::backend::{
     EventMarkDeliveredParams, EventMarkFailedParams, EventReleaseParams, JournalBackend,
     UnreadableRow,
 };
-use crate::delivery::{Delivery, DeliveryReport, deliver_in_key_order};
-use crate::error::{DeliveryError, Error, Result};
+use crate::delivery::{Delivery, DeliveryReport};
+use crate::error::{DeliveryError, DeliveryErrorKind, Error, Result};
 use crate::event::OutboxEvent;
 use crate::journal::Journal;
 use crate::outbox::Outbox;
@@ -46,6 +53,9 @@ pub struct PollOutcome {
     /// Events released without an attempt: the rest of a run after a failure of its key, or
     /// events not sent because the lease could not be kept.
     pub released: usize,
+    /// Events whose destination was open: not sent, or failed after it opened; they wait for
+    /// its next probe with their attempts unchanged.
+    pub deferred: usize,
 }
 
 /// Delivers the events of one outbox table to one delivery, at least once, strictly in order per
@@ -105,6 +115,8 @@ struct Inner<B: Backend> {
     stats: Counters,
     /// The ordering key the next lease's walk over keys starts after (fairness between keys).
     key_cursor: std::sync::Mutex<String>,
+    /// The circuit breakers and rate limits of the destinations.
+    gates: gate::Gates,
 }
 
 #[derive(Default)]
@@ -138,6 +150,13 @@ impl<B: Backend> OutboxRelay<B> {
         if let Some(name) = &config.result_column {
             check_result_column(outbox.table(), name)?;
         }
+        let gates = gate::Gates::new(
+            Destinations::new(),
+            config.breaker.clone(),
+            outbox.table().to_string(),
+            config.retry_max,
+            config.concurrency,
+        );
         Ok(OutboxRelay {
             inner: Arc::new(Inner {
                 outbox,
@@ -147,6 +166,7 @@ impl<B: Backend> OutboxRelay<B> {
                 observers: Vec::new(),
                 stats: Counters::default(),
                 key_cursor: std::sync::Mutex::default(),
+                gates,
             }),
             running: std::sync::Mutex::new(None),
         })
@@ -161,6 +181,24 @@ impl<B: Backend> OutboxRelay<B> {
         let inner = Arc::get_mut(&mut self.inner).expect("add observers before the relay runs");
         inner.observers.push(Arc::new(observer));
         self
+    }
+
+    /// Keeps the breakers of this relay's destinations in `destinations`, a handle made
+    /// beforehand and shared with whatever shows them (a dashboard's `/healthz`). Call before
+    /// [`start`](Self::start) or [`run`](Self::run); give each relay its own.
+    ///
+    /// # Panics
+    /// When the relay is running or was cloned into a running task.
+    pub fn with_destinations(mut self, destinations: Destinations) -> Self {
+        let inner =
+            Arc::get_mut(&mut self.inner).expect("set the destinations before the relay runs");
+        inner.gates.destinations = destinations;
+        self
+    }
+
+    /// The destinations this relay sent to and the state of their circuit breakers.
+    pub fn destinations(&self) -> Destinations {
+        self.inner.gates.destinations.clone()
     }
 
     /// The options.
@@ -307,6 +345,18 @@ impl<B: Backend> Inner<B> {
                     tracing::debug!(relay = %config.name, error = &error as &dyn std::error::Error, "backlog refresh failed");
                 }
             }
+            // The relay's only destination is open: nothing is leased until its next probe.
+            if let gate::LeaseScope::Paused(until) = self.gates.lease_scope(self.delivery.as_ref())
+            {
+                if let Err(error) = Self::finished(finishing.take()).await {
+                    tracing::warn!(relay = %config.name, error = &error as &dyn std::error::Error, "marking the previous batch failed");
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                continue;
+            }
             // Signals queued so far announce commits this poll will see: drop them, so a burst
             // of commits costs one poll instead of one poll per commit.
             if let Some(queued) = subscription.as_mut()
@@ -328,7 +378,13 @@ impl<B: Backend> Inner<B> {
                 Ok(_) => {
                     storage_errors = 0;
                     outage.recovered(&config.name);
-                    config.poll_interval
+                    // An open destination's events are due again at its probe.
+                    match self.gates.destinations.next_probe() {
+                        Some(at) => config
+                            .poll_interval
+                            .min(at.saturating_duration_since(tokio::time::Instant::now())),
+                        None => config.poll_interval,
+                    }
                 }
                 Err(error) => {
                     storage_errors = storage_errors.saturating_add(1);
@@ -452,11 +508,16 @@ impl<B: Backend> Inner<B> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let topics = match self.gates.lease_scope(self.delivery.as_ref()) {
+            gate::LeaseScope::Paused(_) => return Ok(Leased::Nothing),
+            gate::LeaseScope::Topics(open) if open.is_all() => self.topics.clone(),
+            gate::LeaseScope::Topics(open) => self.topics.and(&open),
+        };
         let leased = backend
             .event_lease(
                 table,
                 &EventLeaseParams::new(config.name.clone(), config.batch_size as i64, config.lease)
-                    .with_topics(self.topics.clone())
+                    .with_topics(topics)
                     .with_max_events_per_key(config.max_events_per_key as i64)
                     .with_min_keys(config.concurrency as i64)
                     .with_key_cursor(cursor),
@@ -562,6 +623,7 @@ impl<B: Backend> Inner<B> {
         let mut records = Vec::new();
         let mut failures = Vec::new();
         let mut released = Vec::new();
+        let mut deferred = Vec::new();
         let mut reports = Vec::with_capacity(events.len());
         // Keys whose run failed in this batch: their later events are released unattempted.
         let mut failed_keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
@@ -593,6 +655,30 @@ impl<B: Backend> Inner<B> {
                     if let Some(k) = key {
                         failed_keys.insert(k);
                     }
+                    if let Some(retry_in) = error.deferred_for() {
+                        // The destination is open: the event waits for its next probe, its
+                        // attempts unchanged.
+                        let text = stored_error_text(&error.chain());
+                        deferred.push(
+                            EventFailure::retry(
+                                event.sequence,
+                                event.attempts,
+                                text.clone(),
+                                retry_in,
+                            )
+                            .with_result(record),
+                        );
+                        reports.push(RelayEvent::Deferred {
+                            event_id: event.id,
+                            topic: event.topic.clone(),
+                            table: table.to_string(),
+                            model: model_of(event),
+                            attempts: event.attempts,
+                            error: text,
+                            next_attempt_at: now + chrono_duration(retry_in),
+                        });
+                        continue;
+                    }
                     let (failure, report) = self.failure(event, &error, now);
                     failures.push(failure.with_result(record));
                     reports.push(report);
@@ -615,9 +701,11 @@ impl<B: Backend> Inner<B> {
             }
             outcome.delivered = delivered.len();
         }
-        if !failures.is_empty() {
+        outcome.deferred = deferred.len();
+        if !failures.is_empty() || !deferred.is_empty() {
             outcome.dead_lettered = failures.iter().filter(|f| f.retry_in.is_none()).count();
             outcome.failed = failures.len() - outcome.dead_lettered;
+            failures.extend(deferred);
             let mut params = EventMarkFailedParams::new(failures, config.name.clone());
             if let Some(column) = &config.result_column {
                 params = params.with_result_column(column.clone());
@@ -659,7 +747,9 @@ impl<B: Backend> Inner<B> {
         Ok(outcome)
     }
 
-    /// Delivers the batch, each key's run in order ([`deliver_in_key_order`]), while a background
+    /// Delivers the batch, each key's run in order
+    /// ([`deliver_in_key_order`](crate::delivery::deliver_in_key_order)), each destination through
+    /// its circuit breaker and rate limit, while a background
     /// task extends its lease every third of the lease. When extending keeps failing — an error,
     /// or no answer (a line that drops packets, a locked row) — until less than a third of the
     /// lease is left, the delivery is cut
@@ -715,12 +805,8 @@ impl<B: Backend> Inner<B> {
                 }
             }))
         };
-        let delivery = GuardedDelivery {
-            inner: self.delivery.clone(),
-            lease_lost: lease_lost.clone(),
-        };
         let mut results = tokio::select! {
-            results = deliver_in_key_order(&delivery, events, config.concurrency, config.delivery_timeout) => results,
+            results = self.gates.deliver(&self.delivery, &lease_lost, events, config.concurrency, config.delivery_timeout) => results,
             _ = lease_lost.cancelled() => Vec::new(),
         };
         drop(extender);
@@ -754,7 +840,8 @@ impl<B: Backend> Inner<B> {
         let attempts = event.attempts.saturating_add(1);
         let text = stored_error_text(&error.chain());
         let name = &config.name;
-        if attempts >= config.max_delivery_attempts {
+        let permanent = error.kind() == DeliveryErrorKind::Permanent;
+        if permanent || attempts >= config.max_delivery_attempts {
             tracing::error!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, error = %text, "event dead-lettered");
             let failure = EventFailure::dead(event.sequence, attempts, text.clone());
             let report = RelayEvent::DeadLettered {
@@ -767,12 +854,16 @@ impl<B: Backend> Inner<B> {
             };
             (failure, report)
         } else {
-            let delay = retry_delay(
-                attempts,
-                config.retry_base,
-                config.retry_max,
-                random_jitter(),
-            );
+            let delay = match error.kind() {
+                // The destination said when: then, at most retry_max from now.
+                DeliveryErrorKind::RetryAfter(after) => after.min(config.retry_max),
+                _ => retry_delay(
+                    attempts,
+                    config.retry_base,
+                    config.retry_max,
+                    random_jitter(),
+                ),
+            };
             tracing::warn!(relay = %name, event_id = %event.id, topic = %event.topic, attempts, retry_in_seconds = delay.as_secs_f64(), error = %text, "delivery failed");
             let failure = EventFailure::retry(event.sequence, attempts, text.clone(), delay);
             let report = RelayEvent::DeliveryFailed {
@@ -868,6 +959,10 @@ impl Delivery for GuardedDelivery {
 
     fn keeps_key_order(&self) -> bool {
         self.inner.keeps_key_order()
+    }
+
+    async fn destination_of(&self, event: &OutboxEvent) -> Option<String> {
+        self.inner.destination_of(event).await
     }
 }
 
@@ -970,6 +1065,10 @@ fn record_metrics(table: &str, report: &RelayEvent) {
         }
         RelayEvent::DeadLettered { topic, .. } => {
             metrics::counter!("hare_outbox_dead_lettered_total", "table" => table.to_owned(), "topic" => topic.clone())
+                .increment(1);
+        }
+        RelayEvent::Deferred { topic, .. } => {
+            metrics::counter!("hare_outbox_deferred_total", "table" => table.to_owned(), "topic" => topic.clone())
                 .increment(1);
         }
     }

@@ -47,7 +47,28 @@ pub enum RelayEvent {
         /// When the event is tried again.
         next_attempt_at: DateTime<Utc>,
     },
-    /// A delivery failed and the event ran out of attempts.
+    /// The event's destination is open (circuit breaker): the event was not sent, or failed
+    /// after the destination opened. It waits for the destination's next probe with its
+    /// attempts unchanged; nothing was counted against it.
+    Deferred {
+        /// The event id.
+        event_id: Uuid,
+        /// The topic.
+        topic: String,
+        /// The outbox table (`schema.table` when qualified).
+        table: String,
+        /// The model label of a captured event; `None` for an event enqueued by hand without
+        /// one.
+        model: Option<String>,
+        /// Failed attempts so far, unchanged.
+        attempts: i32,
+        /// Why: the destination is open, and the failure that opened it.
+        error: String,
+        /// When the event is due again (the destination's next probe).
+        next_attempt_at: DateTime<Utc>,
+    },
+    /// A delivery failed and the event ran out of attempts, or the failure was permanent
+    /// ([`DeliveryErrorKind::Permanent`](crate::error::DeliveryErrorKind::Permanent)).
     DeadLettered {
         /// The event id.
         event_id: Uuid,

@@ -253,3 +253,29 @@ pub async fn close_connection(pid: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The shared broker's port, from [`url`].
+pub fn broker_port() -> u16 {
+    let url = url();
+    let authority = url
+        .split_once("://")
+        .map_or(url.as_str(), |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    host_port
+        .rsplit_once(':')
+        .map_or(5672, |(_, port)| port.parse().unwrap())
+}
+
+/// [`url`] with the host and port replaced by `127.0.0.1:<port>`.
+pub fn url_via(port: u16) -> String {
+    let url = url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let user = authority
+        .rsplit_once('@')
+        .map_or(String::new(), |(u, _)| format!("{u}@"));
+    format!("{scheme}://{user}127.0.0.1:{port}/{path}")
+}
