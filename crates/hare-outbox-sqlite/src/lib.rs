@@ -41,6 +41,7 @@ mod error;
 mod inbox;
 mod journal;
 mod sql;
+mod views;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -856,5 +857,47 @@ impl Backend for SqliteBackend {
         limit: i64,
     ) -> Result<u64> {
         inbox::delete_older(&self.pool, table, before, limit).await
+    }
+
+    // The operator's views (src/views.rs).
+
+    async fn event_neighbours(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::EventNeighboursParams,
+    ) -> Result<hare_outbox_core::backend::EventNeighbours> {
+        views::neighbours(&self.pool, table, params).await
+    }
+
+    async fn key_held_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::KeyHeldListParams,
+    ) -> Result<hare_outbox_core::backend::HeldKeyPage> {
+        views::held_keys(&self.pool, table, params).await
+    }
+
+    async fn key_head_update(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::KeyHeadParams,
+    ) -> Result<u64> {
+        views::key_head(&self.pool, table, params).await
+    }
+
+    async fn topic_stats_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::TopicStatsParams,
+    ) -> Result<Vec<hare_outbox_core::backend::TopicStats>> {
+        views::topic_stats(&self.pool, table, params).await
+    }
+
+    async fn relay_lease_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::RelayLeaseListParams,
+    ) -> Result<Vec<hare_outbox_core::backend::RelayLeases>> {
+        views::relay_leases(&self.pool, table, params).await
     }
 }
