@@ -23,6 +23,7 @@ mod demo;
 mod error;
 mod journal;
 mod serve;
+mod views;
 mod wakeup;
 
 use cli::{CaptureCommand, Cli, Command, DeadLettersCommand};
@@ -122,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             watch_signals(shutdown.clone(), "stopping");
             journal::events(&settings, &args, shutdown).await
         }
+        Command::Keys(args) => views::keys(&settings, &args).await,
         Command::Backlog(args) => journal::backlog(&settings, &args).await,
         Command::DeadLetters(DeadLettersCommand::Retry(args)) => {
             // One statement: a signal lets it finish and report rather than cut it off.

@@ -46,7 +46,9 @@ use crate::topic::TopicFilter;
 
 mod views;
 
-pub use views::{HELD_KEY_WALK, MAX_PUBLISHED_WINDOW, NEIGHBOUR_WINDOW, WAITING_COUNT_CAP};
+pub use views::{
+    ColumnChange, HELD_KEY_WALK, MAX_PUBLISHED_WINDOW, NEIGHBOUR_WINDOW, WAITING_COUNT_CAP, changes,
+};
 
 /// The most events one page may hold.
 pub const MAX_PAGE_SIZE: u32 = 1000;

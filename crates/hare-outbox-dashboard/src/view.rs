@@ -144,24 +144,15 @@ pub(crate) struct Change {
 }
 
 /// The changes of a captured update (`changed` + `before`, and `after` when present), in the
-/// order of `changed`; empty for any other payload.
+/// order of `changed`, as compact JSON (`?` for a value the payload lacks); empty for any other
+/// payload.
 pub(crate) fn changes(payload: &Value) -> Vec<Change> {
-    let Some(changed) = payload.get("changed").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    let before = payload.get("before").and_then(Value::as_object);
-    // The original hare journal writes the old values under `from`.
-    let before = before.or_else(|| payload.get("from").and_then(Value::as_object));
-    let after = payload.get("after").and_then(Value::as_object);
-    changed
-        .iter()
-        .filter_map(Value::as_str)
-        .map(|column| Change {
-            column: column.to_owned(),
-            from: before
-                .and_then(|b| b.get(column))
-                .map_or_else(|| "?".to_owned(), Value::to_string),
-            to: after.and_then(|a| a.get(column)).map(Value::to_string),
+    hare_outbox_core::journal::changes(payload)
+        .into_iter()
+        .map(|c| Change {
+            from: c.before.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+            to: c.after.map(|v| v.to_string()),
+            column: c.column,
         })
         .collect()
 }

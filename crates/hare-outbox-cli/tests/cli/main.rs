@@ -17,4 +17,5 @@ mod safe_input;
 mod serve;
 mod sqlite;
 mod support;
+mod views;
 mod wakeup;

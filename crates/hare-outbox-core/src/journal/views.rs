@@ -34,6 +34,39 @@ pub const WAITING_COUNT_CAP: i64 = 10_000;
 /// The longest window of published events the topic counts accept: 366 days.
 pub const MAX_PUBLISHED_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 
+/// One changed column of a captured update: its value before and, when the payload holds it,
+/// after.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnChange {
+    /// The column.
+    pub column: String,
+    /// Its value before the update; `None` when the payload does not hold it.
+    pub before: Option<serde_json::Value>,
+    /// Its value after the update; `None` when the payload does not hold it.
+    pub after: Option<serde_json::Value>,
+}
+
+/// The changes of a captured update, in the order of its `changed` list: each column with its
+/// value from `before` (or `from`, as the original hare journal writes it) and from `after`.
+/// Empty for any other payload.
+pub fn changes(payload: &serde_json::Value) -> Vec<ColumnChange> {
+    let Some(changed) = payload.get("changed").and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    let side = |name: &str| payload.get(name).and_then(serde_json::Value::as_object);
+    let before = side("before").or_else(|| side("from"));
+    let after = side("after");
+    changed
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .map(|column| ColumnChange {
+            column: column.to_owned(),
+            before: before.and_then(|b| b.get(column)).cloned(),
+            after: after.and_then(|a| a.get(column)).cloned(),
+        })
+        .collect()
+}
+
 fn check_limit(limit: u32) -> Result<i64> {
     if limit == 0 || limit > MAX_PAGE_SIZE {
         return Err(Error::validation(
@@ -167,5 +200,28 @@ impl<B: Backend> Journal<B> {
         check_filter_text("after", after)?;
         let params = RelayLeaseListParams::new(after.to_owned(), limit, Utc::now());
         self.backend().relay_lease_list(self.table(), &params).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn changes_read_before_or_from_and_after() {
+        let c = changes(&json!({
+            "changed": ["status", "eta_date", 7],
+            "before": {"status": "confirmed", "eta_date": null},
+            "after": {"status": "shipped"}
+        }));
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].before, Some(json!("confirmed")));
+        assert_eq!(c[0].after, Some(json!("shipped")));
+        assert_eq!(c[1].before, Some(json!(null)));
+        assert_eq!(c[1].after, None);
+        let hare = changes(&json!({"changed": ["sum"], "from": {"sum": "0.00"}}));
+        assert_eq!(hare[0].before, Some(json!("0.00")));
+        assert!(changes(&json!({"a": 1})).is_empty());
     }
 }
