@@ -1,9 +1,10 @@
 -- Fills the views benchmark's outbox table with $1 events in one statement, one every 100 ms up
 -- to now: journal_fill_pg.sql's events as capture triggers write them now — the envelope names
 -- its table (`sales_orders`) beside the capture's label (`sales_order`), and each event has the
--- default ordering key `{label}:{pk}` (four labels × 5,000 keys). Per hundred events one dead
--- letter, one retrying, one pending and 97 published, so most of the keys with undelivered
--- events are held by a dead or failing head.
+-- default ordering key `{label}:{pk}` (four labels × 5,000 keys; the key `(g + g / 100) % 5000`
+-- spreads the undelivered events over every key). Per hundred events one dead letter, one
+-- retrying, one pending and 97 published, so most of the keys with undelivered events are held by
+-- a dead or failing head.
 INSERT INTO outbox (id, topic, payload, headers, ordering_key, created_at, attempts, last_error,
                     next_attempt_at, published_at, dead_lettered_at)
 SELECT
@@ -13,13 +14,13 @@ SELECT
         'model', m.label,
         'table', m.table_name,
         'operation', 'updated',
-        'pk', g % 5000,
+        'pk', (g + g / 100) % 5000,
         'changed', jsonb_build_array('status'),
         'before', jsonb_build_object('status', 'confirmed'),
         'after', jsonb_build_object('status', 'shipped'),
         'occurred_at', to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')),
     jsonb_build_object('author', (ARRAY['Администратор', 'alice', 'bob', 'carol', 'dave', 'erin', 'system'])[1 + g % 7]),
-    m.label || ':' || (g % 5000),
+    m.label || ':' || ((g + g / 100) % 5000),
     t.created_at,
     CASE g % 100 WHEN 0 THEN 5 WHEN 1 THEN 1 ELSE 0 END,
     CASE g % 100 WHEN 0 THEN 'rejected' WHEN 1 THEN 'timeout' END,

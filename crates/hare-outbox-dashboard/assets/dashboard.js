@@ -166,7 +166,7 @@
       area.id = "copy-area";
       area.readOnly = true;
       area.setAttribute("aria-label", button.textContent);
-      button.parentNode.appendChild(area);
+      button.parentNode.insertAdjacentElement("afterend", area);
     }
     area.value = text;
     area.select();

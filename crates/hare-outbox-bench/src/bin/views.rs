@@ -104,7 +104,9 @@ where
 }
 
 /// The dashboard of `journal` served on 127.0.0.1; returns its base URL and a stop signal.
-async fn serve<B: Backend>(journal: Journal<B>) -> Result<(String, tokio::sync::oneshot::Sender<()>)> {
+async fn serve<B: Backend>(
+    journal: Journal<B>,
+) -> Result<(String, tokio::sync::oneshot::Sender<()>)> {
     let dashboard = Dashboard::new(journal, DashboardOptions::new())?;
     let listener = dashboard.bind("127.0.0.1:0".parse()?).await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -172,11 +174,19 @@ async fn measure<B: Backend>(
     line(cli, "journal first page", || list(EventQuery::new())).await?;
     line(cli, "  page GET /", || page(&http, format!("{base}/"))).await?;
     line(cli, "journal object plan_prod_orders", || {
-        list(EventQuery::new().with_object("plan_prod_orders").unwrap_or_default())
+        list(
+            EventQuery::new()
+                .with_object("plan_prod_orders")
+                .unwrap_or_default(),
+        )
     })
     .await?;
     line(cli, "journal object plan_prod_orders #22", || {
-        list(EventQuery::new().with_object("plan_prod_orders #22").unwrap_or_default())
+        list(
+            EventQuery::new()
+                .with_object("plan_prod_orders #22")
+                .unwrap_or_default(),
+        )
     })
     .await?;
     let event_page = |sequence: i64| async move {
@@ -207,7 +217,10 @@ async fn measure<B: Backend>(
         .next_after
         .unwrap_or_default();
     line(cli, "held keys, first page", || held(String::new())).await?;
-    line(cli, "  page GET /keys", || page(&http, format!("{base}/keys"))).await?;
+    line(cli, "  page GET /keys", || {
+        page(&http, format!("{base}/keys"))
+    })
+    .await?;
     line(cli, "held keys, second page", || held(second.clone())).await?;
     line(cli, "topics (published in the last hour)", || async {
         Ok(journal
@@ -220,7 +233,10 @@ async fn measure<B: Backend>(
         page(&http, format!("{base}/topics"))
     })
     .await?;
-    line(cli, "relays", || async { Ok(journal.relay_leases("", 50).await?.len()) }).await?;
+    line(cli, "relays", || async {
+        Ok(journal.relay_leases("", 50).await?.len())
+    })
+    .await?;
     line(cli, "  page GET /relays", || {
         page(&http, format!("{base}/relays"))
     })
@@ -233,7 +249,10 @@ async fn measure<B: Backend>(
         || held(String::new()),
     )
     .await?;
-    line(cli, "  page GET /keys", || page(&http, format!("{base}/keys"))).await?;
+    line(cli, "  page GET /keys", || {
+        page(&http, format!("{base}/keys"))
+    })
+    .await?;
     let _ = stop.send(());
     Ok(())
 }
