@@ -108,6 +108,13 @@ pub enum Command {
     /// oldest first. Filters combine with AND. --follow then prints events written later, as
     /// they arrive, until SIGINT or SIGTERM (exit 0).
     Events(EventsArgs),
+    /// Print the ordering keys held back by a dead or failing head (--held)
+    ///
+    /// One line per key: the key, its blocking event (№, topic, status, attempts, last error),
+    /// the events waiting behind it and since when. Keys come in key order, a page at a time
+    /// (--after KEY for the next one); the last line says where the next page starts. Retry a
+    /// dead head with `dead-letters retry --id`, or from the dashboard's keys view.
+    Keys(KeysArgs),
     /// Print the queue's state: pending events, the oldest one's age, dead letters
     ///
     /// Usable as a health check: exit code 4 when a threshold is passed (--max-pending,
@@ -193,6 +200,36 @@ pub struct EventsArgs {
     pub interval: std::time::Duration,
 
     /// Print JSON lines (one event per line, with status, object and author) instead of a table
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print the event with this id (a UUID) in full instead of a page: every column, headers,
+    /// the payload and its changes, the last error, the lease, its ordering key's neighbours
+    #[arg(long, value_name = "UUID", conflicts_with_all = ["seq", "topics", "statuses", "object", "author", "since", "until", "before", "follow"])]
+    pub id: Option<uuid::Uuid>,
+
+    /// Print the event with this sequence (№) in full instead of a page (as --id)
+    #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(i64).range(1..), conflicts_with_all = ["topics", "statuses", "object", "author", "since", "until", "before", "follow"])]
+    pub seq: Option<i64>,
+}
+
+/// Options of `keys`.
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    /// List the ordering keys held back by their head: a dead letter or an event that failed
+    /// (required: the only listing of keys so far)
+    #[arg(long, required = true)]
+    pub held: bool,
+
+    /// Only keys after this one (the page after the one that ended with it)
+    #[arg(long, value_name = "KEY")]
+    pub after: Option<String>,
+
+    /// Keys on the page, 1 to 1000
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+
+    /// Print JSON lines (one key per line, with its blocking event) instead of a table
     #[arg(long)]
     pub json: bool,
 }

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use hare_outbox::backend::FinishedState;
 use hare_outbox::backend::JournalBackend;
-use hare_outbox::journal::{CleanupOutcome, Cursor, EventQuery, ObjectRef, author_of};
+use hare_outbox::journal::{CleanupOutcome, Cursor, EventQuery, ObjectName, ObjectRef, author_of};
 use hare_outbox::{CancellationToken, Journal, OutboxEvent, TopicFilter};
 use serde::Deserialize;
 
@@ -352,11 +352,14 @@ pub async fn events(
     args: &EventsArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let query = events_query(args)?;
+    if args.id.is_some() || args.seq.is_some() {
+        return crate::views::event(settings, args).await;
+    }
+    let query = events_query(args)?.with_object_name(settings.dashboard.object_name);
     let db = Db::connect(settings.database()?).await?;
     with_backend!(db, backend => {
         let journal = Journal::new(backend, settings.table.clone());
-        events_on(&journal, query, args, shutdown).await
+        events_on(&journal, query, args, settings.dashboard.object_name, shutdown).await
     })
 }
 
@@ -364,6 +367,7 @@ async fn events_on<B: JournalBackend>(
     journal: &Journal<B>,
     query: EventQuery,
     args: &EventsArgs,
+    object_name: ObjectName,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let page = journal
@@ -373,7 +377,7 @@ async fn events_on<B: JournalBackend>(
     let first_page_full = page.full;
     let mut events = page.events;
     events.reverse();
-    let mut printer = Printer::new(args.json, &events);
+    let mut printer = Printer::new(args.json, &events, object_name);
     if !printer.print(&events) || !args.follow {
         return Ok(());
     }
@@ -441,15 +445,23 @@ async fn events_on<B: JournalBackend>(
     }
 }
 
-/// One event as a JSON line: the [`OutboxEvent`] with `status`, `object` and `author` added.
-pub fn event_json(event: &OutboxEvent, now: DateTime<Utc>) -> serde_json::Value {
+/// One event as a JSON line: the [`OutboxEvent`] with `status`, `object` (under `object_name`)
+/// and `author` added.
+pub fn event_json(
+    event: &OutboxEvent,
+    now: DateTime<Utc>,
+    object_name: ObjectName,
+) -> serde_json::Value {
     let mut value = serde_json::to_value(event).unwrap_or(serde_json::Value::Null);
     if let Some(map) = value.as_object_mut() {
         map.insert(
             "status".to_owned(),
             serde_json::to_value(event.status(now)).unwrap_or_default(),
         );
-        map.insert("object".to_owned(), ObjectRef::of(event).into());
+        map.insert(
+            "object".to_owned(),
+            ObjectRef::named(event, object_name).into(),
+        );
         map.insert("author".to_owned(), author_of(event).into());
     }
     value
@@ -460,6 +472,7 @@ struct Printer {
     json: bool,
     header_done: bool,
     widths: Widths,
+    object_name: ObjectName,
 }
 
 /// Column widths of the table, in terminal cells.
@@ -480,7 +493,7 @@ const GAP: &str = "  ";
 impl Widths {
     /// Widths fitting `events` (bounded per column), the data column taking what is left of
     /// `terminal` cells.
-    fn fit(events: &[OutboxEvent], terminal: usize) -> Widths {
+    fn fit(events: &[OutboxEvent], terminal: usize, object_name: ObjectName) -> Widths {
         let longest = |f: &dyn Fn(&OutboxEvent) -> String, min: usize, max: usize| {
             events
                 .iter()
@@ -491,7 +504,11 @@ impl Widths {
         };
         let sequence = longest(&|e| e.sequence.to_string(), 6, 20);
         let topic = longest(&|e| e.topic.clone(), 12, 32);
-        let object = longest(&|e| ObjectRef::of(e).unwrap_or_default(), 8, 28);
+        let object = longest(
+            &|e| ObjectRef::named(e, object_name).unwrap_or_default(),
+            8,
+            28,
+        );
         let who = longest(&|e| author_of(e).unwrap_or_default().to_owned(), 6, 16);
         let fixed =
             sequence + topic + object + who + 2 * TIME_WIDTH + STATUS_WIDTH + ATTEMPTS_WIDTH;
@@ -507,7 +524,7 @@ impl Widths {
 }
 
 /// The width of the terminal stdout writes to; `COLUMNS`, else 160 when it is not a terminal.
-fn terminal_width() -> usize {
+pub(crate) fn terminal_width() -> usize {
     if let Some((_, columns)) = console::Term::stdout().size_checked() {
         return usize::from(columns);
     }
@@ -519,13 +536,13 @@ fn terminal_width() -> usize {
 }
 
 /// `text` with control characters (which could steer the terminal) shown as `?`.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
 
-fn cell(text: &str, width: usize, align: console::Alignment) -> String {
+pub(crate) fn cell(text: &str, width: usize, align: console::Alignment) -> String {
     console::pad_str(&printable(text), width, align, Some("…")).into_owned()
 }
 
@@ -537,11 +554,12 @@ fn time_cell(time: Option<DateTime<Utc>>) -> String {
 }
 
 impl Printer {
-    fn new(json: bool, first: &[OutboxEvent]) -> Printer {
+    fn new(json: bool, first: &[OutboxEvent], object_name: ObjectName) -> Printer {
         Printer {
             json,
             header_done: false,
-            widths: Widths::fit(first, terminal_width()),
+            widths: Widths::fit(first, terminal_width(), object_name),
+            object_name,
         }
     }
 
@@ -569,7 +587,11 @@ impl Printer {
         [
             cell(&event.sequence.to_string(), w.sequence, Right),
             cell(&event.topic, w.topic, Left),
-            cell(&ObjectRef::of(event).unwrap_or_default(), w.object, Left),
+            cell(
+                &ObjectRef::named(event, self.object_name).unwrap_or_default(),
+                w.object,
+                Left,
+            ),
             cell(&data, w.data, Left),
             cell(&time_cell(Some(event.created_at)), TIME_WIDTH, Left),
             cell(
@@ -598,7 +620,7 @@ impl Printer {
         }
         for event in events {
             if self.json {
-                text.push_str(&event_json(event, now).to_string());
+                text.push_str(&event_json(event, now, self.object_name).to_string());
             } else {
                 text.push_str(&self.row(event, now));
             }
@@ -776,7 +798,7 @@ async fn open_destinations(base: &str) -> anyhow::Result<Vec<serde_json::Value>>
 }
 
 /// An age in seconds as `3m 4s` (whole seconds; `0s` below one).
-fn age_text(seconds: f64) -> String {
+pub(crate) fn age_text(seconds: f64) -> String {
     let whole = if seconds.is_finite() && seconds > 0.0 {
         seconds.floor() as u64
     } else {
@@ -1017,7 +1039,8 @@ mod tests {
         let printer = Printer {
             json: false,
             header_done: false,
-            widths: Widths::fit(std::slice::from_ref(&e), 160),
+            widths: Widths::fit(std::slice::from_ref(&e), 160, ObjectName::Table),
+            object_name: ObjectName::Table,
         };
         let row = printer.row(&e, Utc::now());
         assert!(
@@ -1025,7 +1048,7 @@ mod tests {
             "{row}"
         );
         assert!(console::measure_text_width(&row) <= 160, "{row}");
-        let json = event_json(&e, Utc::now());
+        let json = event_json(&e, Utc::now(), ObjectName::Table);
         assert_eq!(json["status"], "pending");
         assert_eq!(json["object"], "sales_orders #22");
         assert_eq!(json["author"], "alice");

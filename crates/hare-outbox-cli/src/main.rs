@@ -24,6 +24,7 @@ mod error;
 mod journal;
 mod migrations;
 mod serve;
+mod views;
 mod wakeup;
 
 use cli::{CaptureCommand, Cli, Command, DeadLettersCommand};
@@ -133,6 +134,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             watch_signals(shutdown.clone(), "stopping");
             journal::events(&settings, &args, shutdown).await
         }
+        Command::Keys(args) => views::keys(&settings, &args).await,
         Command::Backlog(args) => journal::backlog(&settings, &args).await,
         Command::DeadLetters(DeadLettersCommand::Retry(args)) => {
             // One statement: a signal lets it finish and report rather than cut it off.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hare_outbox::backend::JournalBackend;
+use hare_outbox::journal::ObjectName;
 use hare_outbox::{CancellationToken, Journal};
 use hare_outbox_dashboard::{Dashboard, DashboardOptions, HealthThresholds};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -45,6 +46,9 @@ pub struct DashboardSection {
     pub token_file: Option<PathBuf>,
     /// Refused with an explanation: secrets do not belong in the config file.
     pub token: Option<toml::Value>,
+    /// What the object column (and `events`) shows: `table` (`plan_prod_orders #18`, the
+    /// default) or `label` (the capture's label, `prod_order #18`).
+    pub object: Option<String>,
 }
 
 /// `[dashboard]`, resolved.
@@ -58,6 +62,8 @@ pub struct DashboardSettings {
     pub token: Option<String>,
     /// Where the token came from, for the start-up log.
     pub token_source: Option<String>,
+    /// What the object column and `events` show.
+    pub object_name: ObjectName,
 }
 
 impl std::fmt::Debug for DashboardSettings {
@@ -67,6 +73,7 @@ impl std::fmt::Debug for DashboardSettings {
             .field("allow_remote", &self.allow_remote)
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("token_source", &self.token_source)
+            .field("object_name", &self.object_name)
             .finish()
     }
 }
@@ -127,11 +134,21 @@ pub fn dashboard_settings(
             None => (None, None),
         },
     };
+    let object_name = match section.object.as_deref() {
+        None => ObjectName::Table,
+        Some(name) => name.parse::<ObjectName>().map_err(|_| {
+            usage(format!(
+                "object = {name:?} is not known; use \"table\" (plan_prod_orders #18) or \
+                 \"label\" (the capture's label, prod_order #18)"
+            ))
+        })?,
+    };
     Ok(DashboardSettings {
         address: section.address.clone().filter(|a| !a.trim().is_empty()),
         allow_remote: section.allow_remote.unwrap_or(false),
         token,
         token_source,
+        object_name,
     })
 }
 
@@ -203,7 +220,8 @@ fn dashboard_options(
         .map_err(|e| usage(format!("dashboard token from {source}: {e}")))?
         .with_thresholds(thresholds)
         .with_metrics(metrics)
-        .with_allow_remote(allow_remote);
+        .with_allow_remote(allow_remote)
+        .with_object_name(settings.dashboard.object_name);
     match &settings.dashboard.token_source {
         Some(source) => tracing::info!("dashboard actions need the token from {source}"),
         None => tracing::info!(

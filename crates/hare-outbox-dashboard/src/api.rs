@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use hare_outbox_core::backend::FinishedState;
 use hare_outbox_core::journal::{Cursor, TimelineBucket, TimelineParams};
-use hare_outbox_core::{Backlog, Error as CoreError, JournalBackend};
+use hare_outbox_core::{Backlog, Error as CoreError, JournalBackend, OutboxEvent};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use uuid::Uuid;
@@ -129,7 +129,8 @@ pub(crate) struct EventListParams {
     topic: Option<Vec<String>>,
     /// Statuses: pending, leased, retrying, dead, published.
     status: Option<Vec<EventStatusView>>,
-    /// The captured object, `model` or `model #pk`.
+    /// The captured object as the object column shows it: `table` or `table #pk`
+    /// (`plan_prod_orders #18`), or the capture's label when the dashboard shows labels.
     object: Option<String>,
     /// The author (the `author` header), exactly.
     author: Option<String>,
@@ -182,7 +183,9 @@ pub(crate) async fn list<B: JournalBackend>(
     RawQuery(query): RawQuery,
 ) -> Result<Json<EventList>, ApiError> {
     let filters = Filters::parse(query.as_deref())?;
-    let query = filters.query(state.options.page_size)?;
+    let query = filters
+        .query(state.options.page_size)?
+        .with_object_name(state.options.object_name);
     let page = state
         .journal
         .list(&query)
@@ -208,20 +211,56 @@ pub(crate) async fn list<B: JournalBackend>(
         events: page
             .events
             .into_iter()
-            .map(|e| EventView::new(e, now))
+            .map(|e| EventView::named(e, now, state.options.object_name))
             .collect(),
         next,
     }))
 }
 
-/// One event by id.
+/// The event `reference` names: its id (a UUID) or its sequence (№, a whole number ≥ 1).
+pub(crate) async fn find_event<B: JournalBackend>(
+    state: &AppState<B>,
+    reference: &str,
+) -> Result<OutboxEvent, ApiError> {
+    let found = if let Ok(sequence) = reference.parse::<i64>() {
+        if sequence < 1 {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "id",
+                format!("sequence {sequence} is not allowed; sequences start at 1"),
+            ));
+        }
+        state.journal.get_by_sequence(sequence).await
+    } else {
+        let uuid = Uuid::parse_str(reference).map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "id",
+                format!(
+                    "event {reference:?} is neither a UUID (0192f5e4-7c1a-7d2e-8b3c-…) nor a \
+                     sequence number (138)"
+                ),
+            )
+        })?;
+        state.journal.get(uuid).await
+    };
+    found.map_err(|e| ApiError::core("id", e))?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "id",
+            format!("no event has id or sequence {reference}"),
+        )
+    })
+}
+
+/// One event by id or sequence.
 #[utoipa::path(
     get,
     path = "/api/events/{id}",
-    params(("id" = String, Path, description = "The event id (UUID)")),
+    params(("id" = String, Path, description = "The event id (UUID) or its sequence (№)")),
     responses(
         (status = 200, description = "The event", body = EventView),
-        (status = 400, description = "Not a UUID", body = ErrorBody),
+        (status = 400, description = "Neither a UUID nor a sequence", body = ErrorBody),
         (status = 404, description = "No such event", body = ErrorBody),
     )
 )]
@@ -229,26 +268,12 @@ pub(crate) async fn get<B: JournalBackend>(
     State(state): State<AppState<B>>,
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
-    let uuid = Uuid::parse_str(&id).map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "id",
-            format!("event id {id:?} is not a UUID; use the form 0192f5e4-7c1a-7d2e-8b3c-…"),
-        )
-    })?;
-    match state
-        .journal
-        .get(uuid)
-        .await
-        .map_err(|e| ApiError::core("id", e))?
-    {
-        Some(event) => Ok(Json(EventView::new(event, Utc::now()))),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "id",
-            format!("no event has id {uuid}"),
-        )),
-    }
+    let event = find_event(&state, &id).await?;
+    Ok(Json(EventView::named(
+        event,
+        Utc::now(),
+        state.options.object_name,
+    )))
 }
 
 /// The parameters of `GET /api/timeline`.
@@ -876,13 +901,21 @@ impl utoipa::Modify for TokenScheme {
 #[openapi(
     info(
         title = "hare-outbox dashboard API",
-        description = "The outbox read as the journal of the system: events, timeline, backlog, dead-letter actions."
+        description = "The outbox read as the journal of the system: events, timeline, backlog, dead-letter actions, held keys, topics, relays."
     ),
-    paths(list, get, timeline, backlog, destinations, retry, cleanup, healthz, metrics),
+    paths(
+        list, get, timeline, backlog, destinations, retry, cleanup, healthz, metrics,
+        crate::views_api::held_keys, crate::views_api::key_head, crate::views_api::topics,
+        crate::views_api::relays, crate::views_api::neighbours
+    ),
     components(schemas(
         EventList, EventView, EventStatusView, NextPage, Timeline, BucketView, BacklogView,
         DestinationList, DestinationView, RetryRequest, RetryResult, CleanupRequest,
-        CleanupResult, Health, ErrorBody, ErrorDetail
+        CleanupResult, Health, ErrorBody, ErrorDetail,
+        crate::views_api::HeldKeyList, crate::views_api::HeldKeyView,
+        crate::views_api::KeyHeadRequest, crate::views_api::KeyHeadResult,
+        crate::views_api::TopicList, crate::views_api::TopicView, crate::views_api::RelayList,
+        crate::views_api::RelayView, crate::views_api::PageLink, crate::views_api::Neighbours
     )),
     modifiers(&TokenScheme)
 )]

@@ -84,6 +84,8 @@ impl Filters {
                 "created_until" => filters.created_until = value.to_owned(),
                 "before" => before = Some(sequence("before", value)?),
                 "after" => after = Some(sequence("after", value)?),
+                // The page's language; the page reads it (i18n::Locale), the query does not.
+                "lang" => {}
                 "limit" => {
                     filters.limit = Some(value.parse().map_err(|_| {
                         FilterError::new(

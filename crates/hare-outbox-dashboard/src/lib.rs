@@ -5,10 +5,17 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `GET /` | the journal page: № (sequence), event (topic), object (`model #pk`), data, created, processed, who (the `author` header), status, attempts, last error; filters, keyset pagination, a live tail, dead-letter retry and clean-up, charts of backlog, delivery rate and latency |
+//! | `GET /` | the journal page, one line per event: № (sequence, linking to the event's page), event (topic), object (`table #pk`, or the capture's label, [`DashboardOptions::with_object_name`]), data (the changed columns `from → to`, or the payload on one line; its JSON on a click), created, processed, who (the `author` header), status, attempts, last error; filters, keyset pagination, a live tail, dead-letter retry and clean-up, charts of backlog, delivery rate and latency |
+//! | `GET /events/{sequence or id}` | one event: every column, headers, the payload with the changes, the last error and the result record (extra columns), lease owner and end, the previous and next event of its ordering key, retry (dead letters) and copy as JSON |
+//! | `GET /keys` | the ordering keys held back by a dead or failing head: the blocking event, its error and age, the events waiting; retry or skip-and-release the head (token, confirmed) |
+//! | `GET /topics` | per topic: pending, leased, retrying, dead, published in a window, the oldest event to deliver |
+//! | `GET /relays` | the relays holding leases: the batch in flight, expired leases, lease ends |
 //! | `GET /charts.svg` | the page's charts as one SVG image (`window_seconds`, `buckets`) |
 //! | `GET /api/events` | the same rows as JSON, with the same filters, a cursor and a `next` page |
-//! | `GET /api/events/{id}` | one event |
+//! | `GET /api/events/{id}` | one event, by id or sequence |
+//! | `GET /api/events/{id}/neighbours` | the previous and next event of its ordering key |
+//! | `GET /api/keys/held`, `POST /api/keys/head` | held keys (keyset pages by key); retry or release a head (token needed) |
+//! | `GET /api/topics`, `GET /api/relays` | counts per topic; relays holding leases (keyset pages by name) |
 //! | `GET /api/timeline` | per-bucket counts and latency percentiles behind the charts |
 //! | `GET /api/backlog` | pending, oldest pending age, dead letters |
 //! | `GET /api/destinations` | the relay's destinations and their circuit breakers (state, failures in a row, when and why it opened), when the relay runs with the dashboard ([`DashboardOptions::with_destinations`]) |
@@ -38,6 +45,11 @@
 //! - Payloads, headers and errors are HTML-escaped by the templates: a payload holding
 //!   `<script>` shows as text. The page runs no inline script (`Content-Security-Policy:
 //!   script-src 'self'`), and cannot be framed (`frame-ancestors 'none'`).
+//!
+//! Texts are in English or Russian, chosen by the `lang` query parameter of the page's language
+//! links (remembered in a cookie), else by `Accept-Language`; dates are written as the viewer's
+//! language writes them (`13.11.2026 17:20` for Russian, `2026-11-13 17:20` otherwise) in the
+//! viewer's time zone, with UTC on hover.
 //!
 //! The live tail polls `GET /api/events?after=SEQ` with the page's filters every 2 s while its
 //! box is ticked, and prepends what arrived.
@@ -70,10 +82,14 @@ mod api;
 mod charts;
 mod error;
 mod filters;
+mod i18n;
 mod options;
 mod page;
+mod pages;
+mod paging;
 mod security;
 mod view;
+mod views_api;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -145,17 +161,29 @@ impl<B: JournalBackend> Dashboard<B> {
         let mutating = Router::new()
             .route("/api/dead-letters/retry", post(api::retry::<B>))
             .route("/api/dead-letters/cleanup", post(api::cleanup::<B>))
+            .route("/api/keys/head", post(views_api::key_head::<B>))
             .route_layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&self.state),
                 security::guard_mutation::<B>,
             ));
         Router::new()
             .route("/", get(page::journal::<B>))
+            .route("/events/{reference}", get(pages::event::<B>))
+            .route("/keys", get(pages::keys::<B>))
+            .route("/topics", get(pages::topics::<B>))
+            .route("/relays", get(pages::relays::<B>))
             .route("/charts.svg", get(page::charts::<B>))
             .route("/assets/dashboard.js", get(page::script))
             .route("/assets/dashboard.css", get(page::stylesheet))
             .route("/api/events", get(api::list::<B>))
             .route("/api/events/{id}", get(api::get::<B>))
+            .route(
+                "/api/events/{id}/neighbours",
+                get(views_api::neighbours::<B>),
+            )
+            .route("/api/keys/held", get(views_api::held_keys::<B>))
+            .route("/api/topics", get(views_api::topics::<B>))
+            .route("/api/relays", get(views_api::relays::<B>))
             .route("/api/timeline", get(api::timeline::<B>))
             .route("/api/backlog", get(api::backlog::<B>))
             .route("/api/destinations", get(api::destinations::<B>))

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hare_outbox_core::Destinations;
-use hare_outbox_core::journal::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use hare_outbox_core::journal::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ObjectName};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::error::{Error, Result};
@@ -88,6 +88,10 @@ pub struct DashboardOptions {
     /// [`Dashboard::serve`](crate::Dashboard::serve) accept an address other than loopback.
     /// Defaults to `false`.
     pub allow_remote: bool,
+    /// What the object column shows and the object filter compares: the captured table
+    /// (`plan_prod_orders #18`) or the capture's label (`prod_order #18`). Defaults to
+    /// [`ObjectName::Table`].
+    pub object_name: ObjectName,
 }
 
 impl std::fmt::Debug for DashboardOptions {
@@ -100,6 +104,7 @@ impl std::fmt::Debug for DashboardOptions {
             .field("page_size", &self.page_size)
             .field("title", &self.title)
             .field("allow_remote", &self.allow_remote)
+            .field("object_name", &self.object_name)
             .finish()
     }
 }
@@ -114,13 +119,14 @@ impl Default for DashboardOptions {
             page_size: DEFAULT_PAGE_SIZE,
             title: "hare-outbox".to_owned(),
             allow_remote: false,
+            object_name: ObjectName::Table,
         }
     }
 }
 
 impl DashboardOptions {
     /// The defaults: no token (read-only), no thresholds, no metrics, no destinations, 50 events
-    /// per page, title `hare-outbox`, loopback only.
+    /// per page, title `hare-outbox`, loopback only, objects by captured table.
     pub fn new() -> Self {
         Self::default()
     }
@@ -196,6 +202,13 @@ impl DashboardOptions {
         }
         self.title = title;
         Ok(self)
+    }
+
+    /// What the object column shows and the object filter compares: the captured table or the
+    /// capture's label.
+    pub fn with_object_name(mut self, name: ObjectName) -> Self {
+        self.object_name = name;
+        self
     }
 
     /// Whether an address other than loopback may be served. Only behind a proxy that adds TLS

@@ -2,24 +2,26 @@
 
 use askama::Template;
 use axum::extract::{RawQuery, State};
-use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
-use chrono::{DateTime, Utc};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
 use hare_outbox_core::journal::Cursor;
-use hare_outbox_core::redact::{self, UrlKind};
 use hare_outbox_core::{EventStatus, JournalBackend};
 
 use crate::AppState;
 use crate::api::{ApiError, timeline_params};
 use crate::charts::{charts_svg, unavailable_svg};
 use crate::filters::Filters;
+use crate::i18n::{Locale, Texts, TimeText};
+use crate::pages::{Chrome, error_text, render};
 use crate::view::{Change, EventStatusView, EventView, changes, compact};
 
 const SCRIPT: &str = include_str!("../assets/dashboard.js");
 const STYLESHEET: &str = include_str!("../assets/dashboard.css");
 
-/// The longest one-line payload shown before the "more" toggle, in characters.
-const COMPACT_LENGTH: usize = 160;
+/// The longest one-line payload a row shows, in characters: the rest is one click away (the
+/// row's JSON, or the event page).
+const COMPACT_LENGTH: usize = 200;
 
 /// One row of the journal table, every value already text (escaped by the template).
 struct Row {
@@ -29,83 +31,63 @@ struct Row {
     object: String,
     changes: Vec<Change>,
     compact: String,
-    pretty: String,
-    created: String,
-    created_title: String,
-    processed: String,
-    processed_title: String,
+    summary_title: String,
+    created: TimeText,
+    processed: Option<TimeText>,
     who: String,
     status: &'static str,
+    status_text: &'static str,
     attempts: i32,
     last_error: String,
     dead: bool,
 }
 
 impl Row {
-    fn new(event: EventView) -> Self {
+    fn new(event: EventView, locale: &Locale, t: &Texts) -> Self {
+        let changes = changes(&event.payload);
+        let summary_title = if changes.is_empty() {
+            compact(&event.payload, 1000)
+        } else {
+            changes
+                .iter()
+                .map(|c| match &c.to {
+                    Some(to) => format!("{}: {} → {}", c.column, c.from, to),
+                    None => format!("{}: {}", c.column, c.from),
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         Row {
             sequence: event.sequence,
             id: event.id.to_string(),
-            changes: changes(&event.payload),
             compact: compact(&event.payload, COMPACT_LENGTH),
-            pretty: pretty(&event.payload, event.id),
-            created: short_time(event.created_at),
-            created_title: event.created_at.to_rfc3339(),
-            processed: event.published_at.map(short_time).unwrap_or_default(),
-            processed_title: event
-                .published_at
-                .map(|t| t.to_rfc3339())
-                .unwrap_or_default(),
+            changes,
+            summary_title,
+            created: locale.time(event.created_at),
+            processed: event.published_at.map(|p| locale.time(p)),
             who: event.author.unwrap_or_default(),
             status: event.status.name(),
+            status_text: t.status(event.status.name()),
             dead: event.status == EventStatusView::Dead,
             attempts: event.attempts,
-            // Stored redacted; redacted again for rows an older version or another program wrote.
-            last_error: event
-                .last_error
-                .map(|e| redact::in_text(&e, UrlKind::Connection))
-                .unwrap_or_default(),
+            last_error: error_text(event.last_error.as_deref()),
             object: event.object.unwrap_or_default(),
             topic: event.topic,
         }
     }
 }
 
-/// The most of a payload's pretty JSON the page holds, in bytes; the API has the rest.
-const PRETTY_LIMIT: usize = 64 * 1024;
-
-/// The payload as indented JSON, cut at [`PRETTY_LIMIT`] bytes with a pointer to the whole event.
-fn pretty(payload: &serde_json::Value, id: uuid::Uuid) -> String {
-    let mut text = serde_json::to_string_pretty(payload).unwrap_or_default();
-    if text.len() > PRETTY_LIMIT {
-        let mut cut = PRETTY_LIMIT;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str(&format!(
-            "\n… cut at {} KiB; the whole event is at api/events/{id}",
-            PRETTY_LIMIT / 1024
-        ));
-    }
-    text
-}
-
-fn short_time(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M:%S").to_string()
-}
-
 /// A status box of the filter form.
 struct StatusBox {
     name: &'static str,
+    text: &'static str,
     checked: bool,
 }
 
 #[derive(Template)]
 #[template(path = "journal.html")]
 struct JournalPage {
-    title: String,
-    table: String,
+    c: Chrome,
     topic: String,
     statuses: Vec<StatusBox>,
     object: String,
@@ -120,7 +102,6 @@ struct JournalPage {
     older_href: String,
     tail_after: String,
     tail_query: String,
-    token_configured: bool,
     retry_topics: String,
     /// The relay's destinations, when it runs with the dashboard.
     destinations: Vec<DestinationRow>,
@@ -137,6 +118,11 @@ struct DestinationRow {
     next_probe: String,
     reason: String,
     rate: String,
+}
+
+/// A time of the destinations panel: UTC, to the second.
+fn short_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
 impl From<crate::api::DestinationView> for DestinationRow {
@@ -164,18 +150,22 @@ impl From<crate::api::DestinationView> for DestinationRow {
 /// refused and why; a database failure answers 503 the same way.
 pub(crate) async fn journal<B: JournalBackend>(
     State(state): State<AppState<B>>,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
+    let locale = Locale::of(&headers, query.as_deref());
     let parsed = Filters::parse(query.as_deref());
     let filters = parsed.clone().unwrap_or_default();
+    let c = Chrome::new(&state, &locale, "", "journal", query.as_deref());
+    let t = c.t;
     let mut page = JournalPage {
-        title: state.options.title.clone(),
-        table: state.journal.table().to_string(),
+        c,
         topic: filters.topics.join(", "),
         statuses: EventStatus::ALL
             .into_iter()
             .map(|status| StatusBox {
                 name: status.name(),
+                text: t.status(status.name()),
                 checked: filters.statuses.contains(&status),
             })
             .collect(),
@@ -191,7 +181,6 @@ pub(crate) async fn journal<B: JournalBackend>(
         older_href: String::new(),
         tail_after: String::new(),
         tail_query: filters.query_string(&[]),
-        token_configured: state.options.token.is_some(),
         retry_topics: if filters.topics.is_empty() {
             "*".to_owned()
         } else {
@@ -210,7 +199,7 @@ pub(crate) async fn journal<B: JournalBackend>(
             .unwrap_or_default(),
         destinations_shown: state.options.destinations.is_some(),
     };
-    let status = match fill(&state, parsed, &mut page).await {
+    let status = match fill(&state, parsed, &mut page, &locale).await {
         Ok(()) => StatusCode::OK,
         Err(error) => {
             page.error_field = error.field;
@@ -218,23 +207,19 @@ pub(crate) async fn journal<B: JournalBackend>(
             error.status
         }
     };
-    match page.render() {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the journal page could not be rendered: {e}"),
-        )
-            .into_response(),
-    }
+    render(status, &page, &locale)
 }
 
 async fn fill<B: JournalBackend>(
     state: &AppState<B>,
     parsed: Result<Filters, crate::filters::FilterError>,
     page: &mut JournalPage,
+    locale: &Locale,
 ) -> Result<(), ApiError> {
     let filters = parsed?;
-    let query = filters.query(state.options.page_size)?;
+    let query = filters
+        .query(state.options.page_size)?
+        .with_object_name(state.options.object_name);
     let result = state
         .journal
         .list(&query)
@@ -245,7 +230,7 @@ async fn fill<B: JournalBackend>(
     let mut events: Vec<EventView> = result
         .events
         .into_iter()
-        .map(|e| EventView::new(e, now))
+        .map(|e| EventView::named(e, now, state.options.object_name))
         .collect();
     if let Cursor::After(_) = query.cursor {
         events.reverse();
@@ -260,7 +245,8 @@ async fn fill<B: JournalBackend>(
         let newest = events.first().map_or(0, |e| e.sequence);
         page.tail_after = newest.to_string();
     }
-    page.rows = events.into_iter().map(Row::new).collect();
+    let t = page.c.t;
+    page.rows = events.into_iter().map(|e| Row::new(e, locale, t)).collect();
     Ok(())
 }
 
@@ -310,24 +296,4 @@ pub(crate) async fn stylesheet() -> impl IntoResponse {
         ],
         STYLESHEET,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pretty_payloads_are_cut_on_a_character_boundary() {
-        let id = uuid::Uuid::now_v7();
-        let small = serde_json::json!({"a": 1});
-        assert_eq!(pretty(&small, id), "{\n  \"a\": 1\n}");
-        let big = serde_json::json!({"text": "ж".repeat(PRETTY_LIMIT)});
-        let text = pretty(&big, id);
-        assert!(text.len() < PRETTY_LIMIT + 200);
-        assert!(
-            text.ends_with(&format!("api/events/{id}")),
-            "{}",
-            &text[text.len() - 80..]
-        );
-    }
 }

@@ -1,7 +1,7 @@
 //! An event as the dashboard shows it: the stored columns plus status, object and author.
 
 use chrono::{DateTime, Utc};
-use hare_outbox_core::journal::{ObjectRef, author_of};
+use hare_outbox_core::journal::{ObjectName, ObjectRef, author_of};
 use hare_outbox_core::redact::{self, UrlKind};
 use hare_outbox_core::{EventStatus, OutboxEvent};
 use serde::{Deserialize, Serialize};
@@ -59,8 +59,8 @@ pub struct EventView {
     pub id: Uuid,
     /// The event (topic).
     pub topic: String,
-    /// The object, `model #pk`, when the payload is a capture envelope (or has a string
-    /// `model`).
+    /// The object, `table #pk` (`plan_prod_orders #18`; `label #pk` when the dashboard shows
+    /// labels), when the payload is a capture envelope (or has a string `model`).
     pub object: Option<String>,
     /// Who: the `author` header, when a string.
     pub author: Option<String>,
@@ -92,14 +92,24 @@ pub struct EventView {
     /// The headers (trace context, author, …).
     #[schema(value_type = Object)]
     pub headers: Map<String, Value>,
+    /// The table's extra columns by name (a tenant, the relay's result record, …); empty
+    /// without them.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub extra: Map<String, Value>,
 }
 
 impl EventView {
-    /// The view of `event` with its status at `now`.
+    /// The view of `event` with its status at `now`, its object by captured table.
     pub fn new(event: OutboxEvent, now: DateTime<Utc>) -> Self {
+        Self::named(event, now, ObjectName::Table)
+    }
+
+    /// The view of `event` with its status at `now`, its object under `name`.
+    pub fn named(event: OutboxEvent, now: DateTime<Utc>, name: ObjectName) -> Self {
         EventView {
             status: event.status(now).into(),
-            object: ObjectRef::of(&event),
+            object: ObjectRef::named(&event, name),
             author: author_of(&event).map(str::to_owned),
             sequence: event.sequence,
             id: event.id,
@@ -119,6 +129,7 @@ impl EventView {
             idempotency_key: event.idempotency_key,
             payload: event.payload,
             headers: event.headers,
+            extra: event.extra,
         }
     }
 }
@@ -133,24 +144,15 @@ pub(crate) struct Change {
 }
 
 /// The changes of a captured update (`changed` + `before`, and `after` when present), in the
-/// order of `changed`; empty for any other payload.
+/// order of `changed`, as compact JSON (`?` for a value the payload lacks); empty for any other
+/// payload.
 pub(crate) fn changes(payload: &Value) -> Vec<Change> {
-    let Some(changed) = payload.get("changed").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    let before = payload.get("before").and_then(Value::as_object);
-    // The original hare journal writes the old values under `from`.
-    let before = before.or_else(|| payload.get("from").and_then(Value::as_object));
-    let after = payload.get("after").and_then(Value::as_object);
-    changed
-        .iter()
-        .filter_map(Value::as_str)
-        .map(|column| Change {
-            column: column.to_owned(),
-            from: before
-                .and_then(|b| b.get(column))
-                .map_or_else(|| "?".to_owned(), Value::to_string),
-            to: after.and_then(|a| a.get(column)).map(Value::to_string),
+    hare_outbox_core::journal::changes(payload)
+        .into_iter()
+        .map(|c| Change {
+            from: c.before.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+            to: c.after.map(|v| v.to_string()),
+            column: c.column,
         })
         .collect()
 }

@@ -3,133 +3,19 @@
 //! the list, and retrying a dead letter from the page returns it to pending. Each test keeps a
 //! screenshot in `$CARGO_TARGET_DIR/test-artifacts/dashboard/`.
 //!
-//! Needs Debian's `chromium` and `chromium-driver` (`apt-get install -y chromium
-//! chromium-driver`); `HARE_OUTBOX_CHROMEDRIVER` and `HARE_OUTBOX_CHROMIUM` override their paths.
+//! Needs Debian's `chromium` and `chromium-driver` (see `common/browser.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
-
+use common::browser::{Browser, WAIT, contents, screenshot, texts};
 use common::{TOKEN, enqueue, get_json, relay_once, serve, sqlite_outbox};
-use fantoccini::{Client, ClientBuilder, Locator};
-use futures::FutureExt as _;
+use fantoccini::Locator;
 use hare_outbox_core::capture::RowOperation;
 use hare_outbox_core::{ChangeCapture, ChangePayload};
 use hare_outbox_dashboard::DashboardOptions;
 use hare_outbox_testkit::wait_for;
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(20);
-
-/// A chromedriver of the test's own on a free port, and one browser session on it.
-struct Browser {
-    driver: tokio::process::Child,
-    client: Client,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        let driver_path = std::env::var("HARE_OUTBOX_CHROMEDRIVER")
-            .unwrap_or_else(|_| "/usr/bin/chromedriver".to_owned());
-        let chromium_path = std::env::var("HARE_OUTBOX_CHROMIUM")
-            .unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
-        for (what, path) in [("chromedriver", &driver_path), ("chromium", &chromium_path)] {
-            assert!(
-                std::path::Path::new(path).exists(),
-                "{what} is not installed at {path}: the browser tests need it; install both with \
-                 `apt-get install -y chromium chromium-driver` (or point HARE_OUTBOX_CHROMEDRIVER \
-                 and HARE_OUTBOX_CHROMIUM at them)"
-            );
-        }
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().port()
-        };
-        let driver = tokio::process::Command::new(&driver_path)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {driver_path} failed: {e}"));
-        wait_for("chromedriver to listen", WAIT, || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        })
-        .await;
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".to_owned(),
-            json!({
-                "binary": chromium_path,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1400,1000"],
-            }),
-        );
-        let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap_or_else(|e| {
-                panic!("opening a Chromium session through chromedriver failed: {e}")
-            });
-        Browser { driver, client }
-    }
-
-    /// Runs `body`, then closes the session and the driver whether it passed or not.
-    async fn run<F, Fut>(body: F)
-    where
-        F: FnOnce(Client) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let mut browser = Browser::start().await;
-        let outcome = AssertUnwindSafe(body(browser.client.clone()))
-            .catch_unwind()
-            .await;
-        let _ = browser.client.clone().close().await;
-        let _ = browser.driver.kill().await;
-        if let Err(panic) = outcome {
-            std::panic::resume_unwind(panic);
-        }
-    }
-}
-
-/// Saves a screenshot as `$CARGO_TARGET_DIR/test-artifacts/dashboard/<name>.png` and prints
-/// the path.
-async fn screenshot(client: &Client, name: &str) {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."));
-    let dir = target.join("test-artifacts").join("dashboard");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = client.screenshot().await.unwrap();
-    let path = dir.join(format!("{name}.png"));
-    std::fs::write(&path, png).unwrap();
-    println!("screenshot: {}", path.display());
-}
-
-/// The texts of the elements `css` finds; empty while the page is loading.
-async fn texts(client: &Client, css: &str) -> Vec<String> {
-    let Ok(elements) = client.find_all(Locator::Css(css)).await else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in elements {
-        match e.text().await {
-            Ok(t) => out.push(t),
-            Err(_) => return Vec::new(),
-        }
-    }
-    out
-}
 
 #[tokio::test]
 async fn journal_shows_a_captured_update_with_its_author_and_from_values() {
@@ -187,19 +73,35 @@ async fn journal_shows_a_captured_update_with_its_author_and_from_values() {
         assert_eq!(cell(".c-object").await, "sales_orders #22");
         assert_eq!(cell(".c-who").await, "Администратор");
         assert_eq!(cell(".c-status").await, "pending");
-        let from = texts(&client, "#journal tbody tr .c-data .from").await;
-        assert_eq!(from, vec!["from \"confirmed\"", "from null"], "{from:?}");
-        let columns = texts(&client, "#journal tbody tr .c-data .column").await;
+        // One line: each changed column, from → to (clipped to the column; all of it on hover).
+        let from = contents(&client, "#journal tbody tr .c-data .from").await;
+        assert_eq!(from, vec!["\"confirmed\"", "null"], "{from:?}");
+        let to = contents(&client, "#journal tbody tr .c-data .to").await;
+        assert_eq!(to, vec!["\"shipped\"", "\"2026-12-01\""], "{to:?}");
+        let columns = contents(&client, "#journal tbody tr .c-data .column").await;
         assert_eq!(columns, vec!["status", "eta_date"]);
-        // The full payload opens as pretty JSON.
+        // The full payload opens as pretty JSON, read when asked for.
         row.find(Locator::Css(".c-data summary"))
             .await
             .unwrap()
             .click()
             .await
             .unwrap();
-        let pretty = cell(".c-data pre.pretty").await;
-        assert!(pretty.contains("\"operation\": \"updated\""), "{pretty}");
+        let pretty = wait_for("the row's JSON", WAIT, || {
+            let row = row.clone();
+            async move {
+                let text = row
+                    .find(Locator::Css(".c-data pre.pretty"))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                text.contains("\"operation\": \"updated\"").then_some(text)
+            }
+        })
+        .await;
+        assert!(pretty.contains("\"table\": \"sales_orders\""), "{pretty}");
         // The backlog line and the charts load beside the table.
         wait_for("the backlog line", WAIT, || {
             let client = client.clone();

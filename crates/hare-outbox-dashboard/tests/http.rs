@@ -181,7 +181,10 @@ async fn listing<B: JournalBackend>(outbox: Outbox<B>) {
         html.contains(r#"href="?topic=doc.*&#38;limit=2&#38;before="#),
         "{html}"
     );
-    assert!(html.contains("from &#34;confirmed&#34;"), "{html}");
+    assert!(
+        html.contains(r#"<span class="from">&#34;confirmed&#34;</span> → <span class="to">&#34;shipped&#34;</span>"#),
+        "{html}"
+    );
     served.stop().await;
 }
 

@@ -3,8 +3,9 @@
 -- {function} the function; {outbox} the schema-qualified outbox table; {tag} the dollar-quote
 -- tag; {changed} the CASE list of captured columns that differ; {insert}, {update}, {delete} the
 -- statements that fill v_before, v_after and v_pk per operation; {key} the ordering-key
--- expression over v_pk (NULL when unordered); {topic_insert}, {topic_update}, {topic_delete} and
--- {label} literals; {occurred_at} the ISO 8601 UTC text of statement_timestamp();
+-- expression over v_pk (NULL when unordered); {topic_insert}, {topic_update}, {topic_delete},
+-- {label} and {table_name} (the captured table's name, unqualified) literals; {occurred_at} the
+-- ISO 8601 UTC text of statement_timestamp();
 -- {extra_columns} and {extra_values} the outbox columns copied from the row; {notify} nothing,
 -- or the PERFORM pg_notify(channel, v_topic) of a capture declared with `notify`;
 -- {skip_unchanged} nothing (every updated row writes an event), or, for a capture declared with
@@ -59,6 +60,7 @@ BEGIN
         v_topic,
         jsonb_build_object(
             'model', {label},
+            'table', {table_name},
             'operation', CASE TG_OP WHEN 'INSERT' THEN 'inserted' WHEN 'UPDATE' THEN 'updated' ELSE 'deleted' END,
             'pk', v_pk,
             'changed', to_jsonb(v_changed),

@@ -6,8 +6,10 @@
 -- excluded prefixes (prefixes match literally with starts_with, never LIKE).
 -- $6 every status?, then whether to show $7 pending, $8 leased, $9 retrying, $10 dead,
 -- $11 published: the status as OutboxEvent::status judges it, at the database's clock.
--- $12 the payload's "model" (a JSON string); $13 the payload's "pk" as text, which a string pk
--- equals, and $14 the same text read as JSON, NULL when it is not JSON or is a JSON string,
+-- $12 the object's name (a JSON string), compared with {object_name}: the payload's "table"
+-- when it is a string, else its "model" (the journal's default), or its "model" alone (the
+-- object column configured to the capture's label); $13 the payload's "pk" as text, which a
+-- string pk equals, and $14 the same text read as JSON, NULL when it is not JSON or is a JSON string,
 -- which any other pk equals (so `22` finds 22, and a composite key matches whatever its key
 -- order and spacing). $15 the author header's name, $16 its value (a JSON string, exactly).
 -- Each filter is one jsonb equality: the planner's estimate for it stays that of one equality,
@@ -28,7 +30,7 @@ WHERE o.sequence {keyset} $19
           ELSE $7::boolean
       END)
   AND ($12::text IS NULL
-       OR (o.payload -> 'model' = to_jsonb($12::text)
+       OR ({object_name} = to_jsonb($12::text)
            AND ($13::text IS NULL
                 OR o.payload -> 'pk' = to_jsonb($13::text)
                 OR o.payload -> 'pk' = $14::jsonb)))

@@ -735,6 +735,7 @@ fn function_sql(
         ("topic_update", topic(RowOperation::Update)),
         ("topic_delete", topic(RowOperation::Delete)),
         ("label", quote_literal(&plan.label)),
+        ("table_name", quote_literal(&declaration.table)),
         (
             "occurred_at",
             json_expr(&Form::TimestampTz, "statement_timestamp()", 0),

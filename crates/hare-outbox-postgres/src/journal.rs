@@ -3,7 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use hare_outbox_core::journal::{
-    AUTHOR_HEADER, Cursor, EventQuery, MAX_TIMELINE_BUCKETS, TimelineBucket, TimelineParams,
+    AUTHOR_HEADER, Cursor, EventQuery, MAX_TIMELINE_BUCKETS, ObjectName, TimelineBucket,
+    TimelineParams,
 };
 use hare_outbox_core::{Error, EventStatus, OutboxEvent, OutboxTable, Result};
 use serde_json::Value;
@@ -40,10 +41,17 @@ pub(crate) async fn list(
     query: &EventQuery,
 ) -> Result<Vec<OutboxEvent>> {
     let statements = Statements::for_table(table);
+    let (before, after) = match query.object_name {
+        ObjectName::Table => (&statements.event_list_before, &statements.event_list_after),
+        ObjectName::Label => (
+            &statements.event_list_before_label,
+            &statements.event_list_after_label,
+        ),
+    };
     let (sql, cursor) = match query.cursor {
-        Cursor::Newest => (statements.event_list_before.clone(), i64::MAX),
-        Cursor::Before(sequence) => (statements.event_list_before.clone(), sequence),
-        Cursor::After(sequence) => (statements.event_list_after.clone(), sequence),
+        Cursor::Newest => (before.clone(), i64::MAX),
+        Cursor::Before(sequence) => (before.clone(), sequence),
+        Cursor::After(sequence) => (after.clone(), sequence),
     };
     let [pending, leased, retrying, dead, published] = status_flags(&query.statuses);
     let object = query.object.as_ref();

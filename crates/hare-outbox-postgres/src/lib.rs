@@ -29,6 +29,7 @@ mod inbox;
 mod journal;
 mod migrate;
 mod sql;
+mod views;
 mod wakeup;
 
 use async_trait::async_trait;
@@ -647,9 +648,10 @@ impl JournalBackend for PgBackend {
     /// One page of the journal: keyset pagination on the primary key, so a page deep in the table
     /// costs what the first one does. A status is judged at the database's clock (`now()`, the
     /// statement's transaction start), exactly as [`OutboxEvent::status`] does; the object filter
-    /// reads the payload's `model` and `pk` (a non-string key compares as `jsonb`, whatever its
-    /// key order) and the author filter the `author` header. Every filter value is bound as a
-    /// parameter.
+    /// reads the payload's object name (its `table` when a string, else its `model`; or `model`
+    /// alone with [`ObjectName::Label`](hare_outbox_core::journal::ObjectName::Label)) and `pk`
+    /// (a non-string key compares as `jsonb`, whatever its key order) and the author filter the
+    /// `author` header. Every filter value is bound as a parameter.
     ///
     /// The object and author filters test rows newest first until the page is full: fast while
     /// matches are common, a scan of the table when they are rare (the history of one object).
@@ -658,8 +660,11 @@ impl JournalBackend for PgBackend {
     /// § Journal pages):
     ///
     /// ```sql
-    /// CREATE INDEX outbox_object_idx ON outbox ((payload -> 'model'), (payload -> 'pk'));
+    /// CREATE INDEX outbox_object_idx ON outbox ((CASE WHEN jsonb_typeof(payload -> 'table') =
+    ///     'string' THEN payload -> 'table' ELSE payload -> 'model' END), (payload -> 'pk'));
     /// ```
+    ///
+    /// (for an object column configured to the label: `((payload -> 'model'), (payload -> 'pk'))`).
     ///
     /// # Errors
     /// [`Error::Database`] when the query fails or a row cannot be decoded.
@@ -723,6 +728,48 @@ impl JournalBackend for PgBackend {
             .await
             .map_err(translate)?;
         Ok(done.rows_affected())
+    }
+
+    // The operator's views (src/views.rs).
+
+    async fn event_neighbours(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::EventNeighboursParams,
+    ) -> Result<hare_outbox_core::backend::EventNeighbours> {
+        views::neighbours(self.db(), table, params).await
+    }
+
+    async fn key_held_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::KeyHeldListParams,
+    ) -> Result<hare_outbox_core::backend::HeldKeyPage> {
+        views::held_keys(self.db(), table, params).await
+    }
+
+    async fn key_head_update(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::KeyHeadParams,
+    ) -> Result<u64> {
+        views::key_head(self.db(), table, params).await
+    }
+
+    async fn topic_stats_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::TopicStatsParams,
+    ) -> Result<Vec<hare_outbox_core::backend::TopicStats>> {
+        views::topic_stats(self.db(), table, params).await
+    }
+
+    async fn relay_lease_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::RelayLeaseListParams,
+    ) -> Result<Vec<hare_outbox_core::backend::RelayLeases>> {
+        views::relay_leases(self.db(), table, params).await
     }
 }
 

@@ -26,6 +26,17 @@ pub(crate) struct Statements {
     pub(crate) event_list_after: Arc<str>,
     /// The journal page before a cursor, newest first.
     pub(crate) event_list_before: Arc<str>,
+    /// `event_list_after` and `event_list_before` with the object filter comparing the capture's
+    /// label (`ObjectName::Label`) instead of the captured table.
+    pub(crate) event_list_after_label: Arc<str>,
+    pub(crate) event_list_before_label: Arc<str>,
+    /// The operator's views (`queries/event_neighbours.sql`, `key_held_list.sql`,
+    /// `key_head_update.sql`, `topic_stats_list.sql`, `relay_lease_list.sql`).
+    pub(crate) event_neighbours: Arc<str>,
+    pub(crate) key_held_list: Arc<str>,
+    pub(crate) key_head_update: Arc<str>,
+    pub(crate) topic_stats_list: Arc<str>,
+    pub(crate) relay_lease_list: Arc<str>,
     pub(crate) event_timeline: Arc<str>,
     pub(crate) event_timeline_latency: Arc<str>,
     /// With `{limit}`, `{run_limit}`, `{min_keys}` and `{fill_cap}` left for
@@ -92,6 +103,17 @@ impl RelayCommit {
         }
     }
 }
+
+/// The journal's object name by captured table: the payload's `table` when it is a JSON string,
+/// else its `model`. One expression, so an index on it (with `payload -> 'pk'`) serves the
+/// object filter.
+pub(crate) const OBJECT_BY_TABLE: &str = concat!(
+    "(CASE WHEN jsonb_typeof(o.payload -> 'table') = 'string' ",
+    "THEN o.payload -> 'table' ELSE o.payload -> 'model' END)"
+);
+
+/// The journal's object name by the capture's label: the payload's `model`.
+pub(crate) const OBJECT_BY_LABEL: &str = "o.payload -> 'model'";
 
 /// A quoted identifier: `"name"` with inner quotes doubled.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -175,11 +197,16 @@ impl Statements {
         ];
         let render = |sql: &str| -> String { template::render(sql, &placeholders) };
         let r = |sql: &str| -> Arc<str> { render(sql).into() };
-        // Only the comparison and the direction differ between the two journal pages.
-        let list = |keyset: &str, order: &str| -> Arc<str> {
+        // Only the comparison and the direction differ between the two journal pages, and the
+        // object's name between the table and the label forms.
+        let list = |keyset: &str, order: &str, object_name: &str| -> Arc<str> {
             template::render(
                 &render(include_str!("../queries/event_list.sql")),
-                &[("keyset", keyset), ("order", order)],
+                &[
+                    ("keyset", keyset),
+                    ("order", order),
+                    ("object_name", object_name),
+                ],
             )
             .into()
         };
@@ -191,8 +218,15 @@ impl Statements {
             event_get_by_idempotency_key: r(include_str!(
                 "../queries/event_get_by_idempotency_key.sql"
             )),
-            event_list_after: list(">", "ASC"),
-            event_list_before: list("<", "DESC"),
+            event_list_after: list(">", "ASC", OBJECT_BY_TABLE),
+            event_list_before: list("<", "DESC", OBJECT_BY_TABLE),
+            event_list_after_label: list(">", "ASC", OBJECT_BY_LABEL),
+            event_list_before_label: list("<", "DESC", OBJECT_BY_LABEL),
+            event_neighbours: r(include_str!("../queries/event_neighbours.sql")),
+            key_held_list: r(include_str!("../queries/key_held_list.sql")),
+            key_head_update: r(include_str!("../queries/key_head_update.sql")),
+            topic_stats_list: r(include_str!("../queries/topic_stats_list.sql")),
+            relay_lease_list: r(include_str!("../queries/relay_lease_list.sql")),
             event_timeline: r(include_str!("../queries/event_timeline.sql")),
             event_timeline_latency: r(include_str!("../queries/event_timeline_latency.sql")),
             event_lease: [true, false].map(|topic_filter| {

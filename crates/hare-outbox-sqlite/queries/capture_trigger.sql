@@ -3,9 +3,10 @@
 -- {trigger} the schema-qualified trigger; {operation} INSERT, UPDATE or DELETE; {table} the
 -- captured table (unqualified: a trigger lives in its table's database); {when} `WHEN …` or
 -- nothing; {record} the install record as a comment; {outbox} the outbox table (same database);
--- {topic}, {label}, {past} literals; {pk}, {changed}, {before}, {after} JSON expressions over
--- NEW/OLD; {key} the ordering key's text (NULL when unordered) and {long_key} its form past 255
--- characters over g.k; {extra_columns}, {extra_values} the outbox columns copied from the row.
+-- {topic}, {label}, {table_name} (the captured table's name), {past} literals; {pk},
+-- {changed}, {before}, {after} JSON expressions over NEW/OLD; {key} the ordering key's text
+-- (NULL when unordered) and {long_key} its form past 255 characters over g.k; {extra_columns},
+-- {extra_values} the outbox columns copied from the row.
 --
 -- 'now' is fixed for one statement in SQLite, so every row of a statement carries one time.
 -- created_at is written in the outbox table's fixed format (six fractional digits, Z).
@@ -23,6 +24,7 @@ BEGIN
         {topic},
         json_object(
             'model', {label},
+            'table', {table_name},
             'operation', {past},
             'pk', {pk},
             'changed', {changed},

@@ -7,7 +7,9 @@
 -- ?6 every status? (0/1), then whether to show ?7 pending, ?8 leased, ?9 retrying, ?10 dead,
 -- ?11 published (0/1): the status as OutboxEvent::status judges it, at the database's clock
 -- (timestamps are text in one fixed format, so text order is time order).
--- ?12 the payload's "model" (text), ?13 the payload's "pk" as text: a string as is, any other
+-- ?12 the object's name (text), compared with {object_name}: the payload's "table" when it is a
+-- string, else its "model" (the journal's default), or its "model" alone (the object column
+-- configured to the capture's label). ?13 the payload's "pk" as text: a string as is, any other
 -- JSON value as its compact JSON text with object keys sorted (`22`; a composite key as
 -- serde_json writes it), which the backend also makes of the filter's text when it is JSON. ?14 the JSON path of the author header, ?15 its value.
 -- ?16 created at or after, ?17 created before (timestamp text). ?18 the cursor's sequence,
@@ -44,8 +46,7 @@ WHERE o.sequence {keyset} ?18
   AND (
       ?12 IS NULL
       OR (
-          json_type(o.payload, '$.model') = 'text'
-          AND o.payload ->> '$.model' = ?12
+          {object_name} = ?12
           AND (
               ?13 IS NULL
               OR CASE json_type(o.payload, '$.pk')

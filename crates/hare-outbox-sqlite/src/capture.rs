@@ -678,6 +678,7 @@ fn trigger_sql(
             ("outbox", quote_ident(outbox.name())),
             ("topic", quote_literal(plan.topic(op).unwrap_or_default())),
             ("label", quote_literal(&plan.label)),
+            ("table_name", quote_literal(&declaration.table)),
             ("past", quote_literal(op.past_tense())),
             ("pk", pk),
             ("changed", changed),

@@ -55,7 +55,11 @@ pub(crate) async fn list(
     };
     let [pending, leased, retrying, dead, published] = status_flags(&query.statuses);
     let object = query.object.as_ref();
-    let statement = sqlx::query(AssertSqlSafe(sql::event_list(table, ascending)));
+    let statement = sqlx::query(AssertSqlSafe(sql::event_list(
+        table,
+        ascending,
+        query.object_name,
+    )));
     let rows = bind_topics(statement, &query.topics)
         .bind(query.statuses.is_empty())
         .bind(pending)

@@ -42,6 +42,7 @@ mod inbox;
 mod journal;
 mod migrate;
 mod sql;
+mod views;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -794,6 +795,48 @@ impl JournalBackend for SqliteBackend {
             .await
             .map_err(map_err)?;
         Ok(done.rows_affected())
+    }
+
+    // The operator's views (src/views.rs).
+
+    async fn event_neighbours(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::EventNeighboursParams,
+    ) -> Result<hare_outbox_core::backend::EventNeighbours> {
+        views::neighbours(&self.pool, table, params).await
+    }
+
+    async fn key_held_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::KeyHeldListParams,
+    ) -> Result<hare_outbox_core::backend::HeldKeyPage> {
+        views::held_keys(&self.pool, table, params).await
+    }
+
+    async fn key_head_update(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::KeyHeadParams,
+    ) -> Result<u64> {
+        views::key_head(&self.pool, table, params).await
+    }
+
+    async fn topic_stats_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::TopicStatsParams,
+    ) -> Result<Vec<hare_outbox_core::backend::TopicStats>> {
+        views::topic_stats(&self.pool, table, params).await
+    }
+
+    async fn relay_lease_list(
+        &self,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::RelayLeaseListParams,
+    ) -> Result<Vec<hare_outbox_core::backend::RelayLeases>> {
+        views::relay_leases(&self.pool, table, params).await
     }
 }
 

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use hare_outbox_core::backend::template::render;
+use hare_outbox_core::journal::ObjectName;
 use hare_outbox_core::{ColumnType, Error, ExtraColumn, IdempotencyScope, OutboxTable, Result};
 
 /// Every statement rendered so far, per table and statement shape (a query, a lease's limits, an
@@ -57,6 +58,21 @@ const EVENT_DELETE_DEAD_LETTERED: &str = include_str!("../queries/event_delete_d
 const BACKLOG: &str = include_str!("../queries/backlog.sql");
 const TABLE_COLUMNS: &str = include_str!("../queries/table_columns.sql");
 const ADD_COLUMN: &str = include_str!("../queries/add_column.sql");
+const EVENT_NEIGHBOURS: &str = include_str!("../queries/event_neighbours.sql");
+const KEY_HELD_LIST: &str = include_str!("../queries/key_held_list.sql");
+const KEY_HEAD_UPDATE: &str = include_str!("../queries/key_head_update.sql");
+const TOPIC_STATS_LIST: &str = include_str!("../queries/topic_stats_list.sql");
+const RELAY_LEASE_LIST: &str = include_str!("../queries/relay_lease_list.sql");
+
+/// The journal's object name by captured table: the payload's `table` when it is a string, else
+/// its `model` when that is one (NULL otherwise, which matches nothing).
+const OBJECT_BY_TABLE: &str = "CASE WHEN json_type(o.payload, '$.table') = 'text' \
+     THEN o.payload ->> '$.table' \
+     WHEN json_type(o.payload, '$.model') = 'text' THEN o.payload ->> '$.model' END";
+
+/// The journal's object name by the capture's label: the payload's `model` when it is a string.
+const OBJECT_BY_LABEL: &str =
+    "CASE WHEN json_type(o.payload, '$.model') = 'text' THEN o.payload ->> '$.model' END";
 
 /// The columns every statement returns, in this order (the outbox-owned columns of the core,
 /// the one list every backend shares); the table's extra columns follow.
@@ -110,6 +126,12 @@ pub(crate) enum Query {
     Backlog,
     TableColumns,
     AddColumn,
+    // The operator's views (src/views.rs).
+    EventNeighbours,
+    KeyHeldList,
+    KeyHeadUpdate,
+    TopicStatsList,
+    RelayLeaseList,
 }
 
 impl Query {
@@ -135,6 +157,11 @@ impl Query {
             Query::Backlog => BACKLOG,
             Query::TableColumns => TABLE_COLUMNS,
             Query::AddColumn => ADD_COLUMN,
+            Query::EventNeighbours => EVENT_NEIGHBOURS,
+            Query::KeyHeldList => KEY_HELD_LIST,
+            Query::KeyHeadUpdate => KEY_HEAD_UPDATE,
+            Query::TopicStatsList => TOPIC_STATS_LIST,
+            Query::RelayLeaseList => RELAY_LEASE_LIST,
         }
     }
 
@@ -297,16 +324,28 @@ pub(crate) fn event_insert_many(table: &OutboxTable, extra: &[&str], rows: usize
 /// The journal page statement: newest first below a cursor sequence (`ascending = false`) or
 /// oldest first above it (`ascending = true`). Only the comparison and the sort direction
 /// differ; every filter value is a parameter.
-pub(crate) fn event_list(table: &OutboxTable, ascending: bool) -> Arc<str> {
+pub(crate) fn event_list(
+    table: &OutboxTable,
+    ascending: bool,
+    object_name: ObjectName,
+) -> Arc<str> {
     let (keyset, order) = if ascending {
         (">", "ASC")
     } else {
         ("<", "DESC")
     };
-    cached(table, format!("list {order}"), || {
+    let object_name = match object_name {
+        ObjectName::Table => OBJECT_BY_TABLE,
+        ObjectName::Label => OBJECT_BY_LABEL,
+    };
+    cached(table, format!("list {order} {object_name}"), || {
         Query::EventList.render_with(
             table,
-            &[("keyset", keyset.to_owned()), ("order", order.to_owned())],
+            &[
+                ("keyset", keyset.to_owned()),
+                ("order", order.to_owned()),
+                ("object_name", object_name.to_owned()),
+            ],
         )
     })
 }
@@ -424,8 +463,8 @@ mod tests {
             event_insert(&table, &["tenant"]),
             event_insert_many(&table, &["tenant"], 3).into(),
             add_column(&table, &tenant).into(),
-            event_list(&table, false),
-            event_list(&table, true),
+            event_list(&table, false, ObjectName::Table),
+            event_list(&table, true, ObjectName::Label),
             with_result_column(Query::EventMarkDeliveredResult, &table, "tenant"),
             with_result_column(Query::EventMarkFailedResult, &table, "tenant"),
         ];
@@ -443,6 +482,11 @@ mod tests {
             Query::EventTimeline,
             Query::EventTimelineLatency,
             Query::TableColumns,
+            Query::EventNeighbours,
+            Query::KeyHeldList,
+            Query::KeyHeadUpdate,
+            Query::TopicStatsList,
+            Query::RelayLeaseList,
         ] {
             rendered.push(query.render(&table));
         }

@@ -19,4 +19,5 @@ mod safe_input;
 mod serve;
 mod sqlite;
 mod support;
+mod views;
 mod wakeup;

@@ -12,7 +12,7 @@
 //! | trait | what it runs | needed by |
 //! |---|---|---|
 //! | [`Backend`] | transactions, enqueue, the relay's lease and marks, one event, the backlog, the DDL | [`Outbox`](crate::Outbox), [`OutboxRelay`](crate::OutboxRelay) |
-//! | [`JournalBackend`] | listing, timeline, retry of dead letters, clean-up | [`Journal`](crate::Journal) |
+//! | [`JournalBackend`] | listing, timeline, retry of dead letters, clean-up, the operator's views (neighbours, held keys, topics, relays) | [`Journal`](crate::Journal) |
 //! | [`CaptureBackend`] | capture triggers, their status, the transaction's context | [`ChangeCapture`](crate::ChangeCapture), [`Outbox::set_context`](crate::Outbox::set_context) |
 //! | [`InboxBackend`] | the inbox table | [`Inbox`](crate::Inbox) |
 //!
@@ -233,6 +233,49 @@ pub trait JournalBackend: Backend {
         table: &OutboxTable,
         params: &EventDeleteFinishedParams,
     ) -> Result<u64>;
+
+    // -- The operator's views: an event's neighbours, held keys, topics, relays --------------
+    // (Their parameter and result types are in `params`.)
+
+    /// The sequences of the events of `params.ordering_key` just before and just after
+    /// `params.sequence`: among the undelivered events of the key (however far), and among the
+    /// `params.window` events on either side (delivered ones too); the nearer one wins.
+    async fn event_neighbours(
+        &self,
+        table: &OutboxTable,
+        params: &EventNeighboursParams,
+    ) -> Result<EventNeighbours>;
+
+    /// One page of held ordering keys: keys whose head (first undelivered event) is
+    /// dead-lettered or has failed at least once, in key order after `params.after`, walking at
+    /// most `params.max_walk` keys with undelivered events.
+    async fn key_held_list(
+        &self,
+        table: &OutboxTable,
+        params: &KeyHeldListParams,
+    ) -> Result<HeldKeyPage>;
+
+    /// Retries or releases the head of a held key (see [`KeyHeadAction`]), only while the event
+    /// at `params.sequence` is still the key's held head and no relay holds a live lease on it;
+    /// returns the number of rows changed (0 or 1).
+    async fn key_head_update(&self, table: &OutboxTable, params: &KeyHeadParams) -> Result<u64>;
+
+    /// Counts per topic and state: one page of topics with undelivered or dead-lettered events,
+    /// or events published since `params.published_since`, in topic order after
+    /// `params.after`.
+    async fn topic_stats_list(
+        &self,
+        table: &OutboxTable,
+        params: &TopicStatsParams,
+    ) -> Result<Vec<TopicStats>>;
+
+    /// The relays holding leases (live or expired, not yet taken back), one page in name order
+    /// after `params.after`.
+    async fn relay_lease_list(
+        &self,
+        table: &OutboxTable,
+        params: &RelayLeaseListParams,
+    ) -> Result<Vec<RelayLeases>>;
 }
 
 /// Change capture by triggers, and the capture context of a transaction.

@@ -562,3 +562,236 @@ params_new!(CaptureInstallParams {
 });
 params_new!(CaptureUninstallParams { schema: Option<String>, table: String });
 params_new!(ContextSetParams { headers: Option<Map<String, Value>> });
+
+// ---------------------------------------------------------------------------------------------
+// The operator's views: parameters and results of the view statements of `JournalBackend`.
+
+/// Find the events of one ordering key around an event.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventNeighboursParams {
+    /// The event's sequence.
+    pub sequence: i64,
+    /// Its ordering key.
+    pub ordering_key: String,
+    /// How many sequences on either side are searched among delivered events (undelivered ones
+    /// are found however far away). At least 1.
+    pub window: i64,
+}
+
+/// The events of the same ordering key just before and after an event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventNeighbours {
+    /// The sequence of the key's previous event; `None` when none was found.
+    pub previous: Option<i64>,
+    /// The sequence of the key's next event; `None` when none was found.
+    pub next: Option<i64>,
+}
+
+impl EventNeighbours {
+    /// The neighbours `previous` and `next`.
+    pub fn new(previous: Option<i64>, next: Option<i64>) -> Self {
+        EventNeighbours { previous, next }
+    }
+}
+
+/// One page of held ordering keys.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KeyHeldListParams {
+    /// Keys after this one (`""` = from the first key).
+    pub after: String,
+    /// At most this many held keys.
+    pub limit: i64,
+    /// At most this many keys with undelivered events are walked (one index probe each), so a
+    /// page costs the same however many keys are healthy; the page's
+    /// [`HeldKeyPage::next_after`] says where to go on.
+    pub max_walk: i64,
+    /// The undelivered events of a held key are counted up to this many.
+    pub count_cap: i64,
+}
+
+/// A held ordering key: its head is dead-lettered or has failed, so the key's later events wait.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HeldKey {
+    /// The key.
+    pub ordering_key: String,
+    /// The blocking event (the key's first undelivered event).
+    pub head: OutboxEvent,
+    /// Undelivered events of the key, the head included, counted up to
+    /// [`KeyHeldListParams::count_cap`].
+    pub waiting: i64,
+}
+
+impl HeldKey {
+    /// A held key from its parts.
+    pub fn new(ordering_key: String, head: OutboxEvent, waiting: i64) -> Self {
+        HeldKey {
+            ordering_key,
+            head,
+            waiting,
+        }
+    }
+}
+
+/// One page of held keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct HeldKeyPage {
+    /// Held keys in key order.
+    pub keys: Vec<HeldKey>,
+    /// Where the next page starts (pass it as [`KeyHeldListParams::after`]); `None` when the
+    /// walk reached the last key.
+    pub next_after: Option<String>,
+    /// Keys with undelivered events this page walked.
+    pub walked: i64,
+}
+
+impl HeldKeyPage {
+    /// A page from its parts.
+    pub fn new(keys: Vec<HeldKey>, next_after: Option<String>, walked: i64) -> Self {
+        HeldKeyPage {
+            keys,
+            next_after,
+            walked,
+        }
+    }
+}
+
+/// What to do with the head of a held key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyHeadAction {
+    /// Deliver it again now: a dead letter returns to the queue with its attempts reset to 0; a
+    /// failing head is made due at once (its attempts kept).
+    Retry,
+    /// Skip it and release the key: the event leaves its key (its `ordering_key` becomes NULL and
+    /// the key is kept in its [`RELEASED_KEY_HEADER`] header), keeping its state, so the key's
+    /// next events flow; a released dead letter can still be retried, then unordered.
+    Release,
+}
+
+/// The header in which a released head keeps the ordering key it left.
+pub const RELEASED_KEY_HEADER: &str = "released_ordering_key";
+
+/// Retry or release the head of a held key.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KeyHeadParams {
+    /// The head's sequence.
+    pub sequence: i64,
+    /// Its ordering key.
+    pub ordering_key: String,
+    /// What to do.
+    pub action: KeyHeadAction,
+    /// The clock a live lease is judged by.
+    pub now: DateTime<Utc>,
+}
+
+/// One page of per-topic counts.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TopicStatsParams {
+    /// Topics after this one (`""` = from the first).
+    pub after: String,
+    /// At most this many topics.
+    pub limit: i64,
+    /// Published events count from this time on.
+    pub published_since: DateTime<Utc>,
+    /// The clock a live lease is judged by.
+    pub now: DateTime<Utc>,
+}
+
+/// The counts of one topic.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TopicStats {
+    /// The topic.
+    pub topic: String,
+    /// Waiting for their first delivery.
+    pub pending: i64,
+    /// Under a live lease.
+    pub leased: i64,
+    /// Failed at least once, waiting for their next attempt.
+    pub retrying: i64,
+    /// Dead-lettered.
+    pub dead: i64,
+    /// Published since [`TopicStatsParams::published_since`].
+    pub published: i64,
+    /// When the oldest event still to deliver (pending, leased or retrying) was created.
+    pub oldest_pending_at: Option<DateTime<Utc>>,
+}
+
+impl TopicStats {
+    /// The counts of `topic`, all zero.
+    pub fn new(topic: String) -> Self {
+        TopicStats {
+            topic,
+            pending: 0,
+            leased: 0,
+            retrying: 0,
+            dead: 0,
+            published: 0,
+            oldest_pending_at: None,
+        }
+    }
+}
+
+/// One page of the relays holding leases.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RelayLeaseListParams {
+    /// Relay names after this one (`""` = from the first).
+    pub after: String,
+    /// At most this many relays.
+    pub limit: i64,
+    /// The clock a live lease is judged by.
+    pub now: DateTime<Utc>,
+}
+
+/// The leases one relay holds.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RelayLeases {
+    /// The relay's name (`leased_by`).
+    pub leased_by: String,
+    /// Events under its live leases: the batch it is delivering.
+    pub live: i64,
+    /// Events whose lease ran out while still held by it (a relay that stopped or stalls);
+    /// another relay takes them once due.
+    pub expired: i64,
+    /// The latest lease end: a live relay extends its leases, so this moves with it.
+    pub lease_until_max: Option<DateTime<Utc>>,
+    /// The earliest lease end.
+    pub lease_until_min: Option<DateTime<Utc>>,
+}
+
+impl RelayLeases {
+    /// The leases of `leased_by`, none counted.
+    pub fn new(leased_by: String) -> Self {
+        RelayLeases {
+            leased_by,
+            live: 0,
+            expired: 0,
+            lease_until_max: None,
+            lease_until_min: None,
+        }
+    }
+}
+
+params_new!(EventNeighboursParams {
+    sequence: i64,
+    ordering_key: String,
+    window: i64
+});
+params_new!(KeyHeldListParams {
+    after: String,
+    limit: i64,
+    max_walk: i64,
+    count_cap: i64
+});
+params_new!(KeyHeadParams { sequence: i64, ordering_key: String, action: KeyHeadAction, now: DateTime<Utc> });
+params_new!(TopicStatsParams { after: String, limit: i64, published_since: DateTime<Utc>, now: DateTime<Utc> });
+params_new!(RelayLeaseListParams { after: String, limit: i64, now: DateTime<Utc> });

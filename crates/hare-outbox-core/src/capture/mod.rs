@@ -12,12 +12,14 @@
 //! The payload is an envelope:
 //!
 //! ```json
-//! {"model": "library.Loan", "operation": "updated", "pk": 7, "changed": ["status"],
-//!  "before": {"status": "lent"}, "after": {"status": "returned"},
+//! {"model": "library.Loan", "table": "loans", "operation": "updated", "pk": 7,
+//!  "changed": ["status"], "before": {"status": "lent"}, "after": {"status": "returned"},
 //!  "occurred_at": "2026-10-06T12:00:00+00:00"}
 //! ```
 //!
 //! - `model`: the declaration's label;
+//! - `table`: the captured table's name, without its schema (the journal's object column shows
+//!   it: `loans #7`); captures installed before it was written lack it until installed again;
 //! - `operation`: `inserted`, `updated` or `deleted`;
 //! - `pk`: the primary key's value, or an object of its columns for a composite key;
 //! - `changed`: for an update, the captured columns whose values differ (`IS DISTINCT FROM`), in

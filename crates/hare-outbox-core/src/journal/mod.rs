@@ -29,6 +29,7 @@
 //! ```
 
 mod query;
+mod views;
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -49,7 +50,11 @@ use crate::topic::TopicFilter;
 
 pub use query::{
     AUTHOR_HEADER, Cursor, DEFAULT_PAGE_SIZE, EventPage, EventQuery, MAX_FILTER_LENGTH,
-    MAX_PAGE_SIZE, MAX_TIMELINE_BUCKETS, ObjectRef, TimelineBucket, TimelineParams, author_of,
+    MAX_PAGE_SIZE, MAX_TIMELINE_BUCKETS, ObjectName, ObjectRef, TimelineBucket, TimelineParams,
+    author_of,
+};
+pub use views::{
+    ColumnChange, HELD_KEY_WALK, MAX_PUBLISHED_WINDOW, NEIGHBOUR_WINDOW, WAITING_COUNT_CAP, changes,
 };
 
 /// Called by a clean-up after every batch with the rows deleted so far; returning

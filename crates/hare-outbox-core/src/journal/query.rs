@@ -37,11 +37,53 @@ pub enum Cursor {
     After(i64),
 }
 
-/// Which captured object an event is about: the capture envelope's `model` and, optionally, its
-/// `pk`.
+/// Which name of a captured object the journal shows and its object filter compares: the
+/// captured table (`plan_prod_orders #18`, the envelope's `table`) or the capture's label
+/// (`prod_order #18`, the envelope's `model`). Defaults to [`ObjectName::Table`].
+///
+/// An event without a string `table` (written before captures named their table, or by code of
+/// your own with only a `model`) shows and matches its `model` under either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectName {
+    /// The captured table: the envelope's `table`, else its `model`.
+    #[default]
+    Table,
+    /// The capture's label: the envelope's `model`.
+    Label,
+}
+
+impl ObjectName {
+    /// The name in configuration files and query strings: `table` or `label`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectName::Table => "table",
+            ObjectName::Label => "label",
+        }
+    }
+}
+
+impl std::str::FromStr for ObjectName {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        match text {
+            "table" => Ok(ObjectName::Table),
+            "label" => Ok(ObjectName::Label),
+            other => Err(Error::validation(
+                "object_name",
+                format!("object name {other:?} is not known; use table or label"),
+            )),
+        }
+    }
+}
+
+/// Which captured object an event is about: the name the journal shows for it (see
+/// [`ObjectName`]) and, optionally, its `pk`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRef {
-    /// The envelope's `model` (the capture's label; the table name by default).
+    /// The object's name: the captured table (the envelope's `table`, else its `model`) or the
+    /// capture's label (the envelope's `model`), as [`EventQuery::object_name`] says.
     pub model: String,
     /// The primary key as text (`22`, or the JSON text of a composite key); `None` = any.
     pub pk: Option<String>,
@@ -71,10 +113,24 @@ impl ObjectRef {
         })
     }
 
-    /// The object of an event, when its payload is a capture envelope (or any payload with a
-    /// string `model`): `model #pk`.
+    /// The object of an event by its captured table ([`ObjectName::Table`]): `table #pk`
+    /// (`plan_prod_orders #18`), when its payload is a capture envelope; an envelope without a
+    /// string `table`, or any payload with a string `model`, shows `model #pk`.
     pub fn of(event: &OutboxEvent) -> Option<String> {
-        let model = event.payload.get("model")?.as_str()?;
+        Self::named(event, ObjectName::Table)
+    }
+
+    /// The object of an event under `name`: `table #pk` or `label #pk` (see [`ObjectRef::of`]).
+    pub fn named(event: &OutboxEvent, name: ObjectName) -> Option<String> {
+        let label = || event.payload.get("model")?.as_str();
+        let model = match name {
+            ObjectName::Table => event
+                .payload
+                .get("table")
+                .and_then(serde_json::Value::as_str)
+                .or_else(label)?,
+            ObjectName::Label => label()?,
+        };
         Some(match event.payload.get("pk") {
             None | Some(serde_json::Value::Null) => model.to_owned(),
             Some(serde_json::Value::String(pk)) => format!("{model} #{pk}"),
@@ -88,7 +144,7 @@ pub fn author_of(event: &OutboxEvent) -> Option<&str> {
     event.headers.get(AUTHOR_HEADER)?.as_str()
 }
 
-fn check_filter_text(what: &str, text: &str) -> Result<()> {
+pub(super) fn check_filter_text(what: &str, text: &str) -> Result<()> {
     if text.chars().count() > MAX_FILTER_LENGTH {
         return Err(Error::validation(
             what,
@@ -121,6 +177,9 @@ pub struct EventQuery {
     pub statuses: Vec<EventStatus>,
     /// The captured object.
     pub object: Option<ObjectRef>,
+    /// Which name of the object `object` compares: the captured table (the default) or the
+    /// capture's label.
+    pub object_name: ObjectName,
     /// The author, compared with the [`AUTHOR_HEADER`] header exactly.
     pub author: Option<String>,
     /// Only events created at or after this time.
@@ -139,6 +198,7 @@ impl Default for EventQuery {
             topics: TopicFilter::all(),
             statuses: Vec::new(),
             object: None,
+            object_name: ObjectName::Table,
             author: None,
             created_from: None,
             created_until: None,
@@ -183,6 +243,12 @@ impl EventQuery {
     pub fn with_object(mut self, object: &str) -> Result<Self> {
         self.object = Some(ObjectRef::parse(object)?);
         Ok(self)
+    }
+
+    /// Compares the object filter with the object's `name` (the captured table by default).
+    pub fn with_object_name(mut self, name: ObjectName) -> Self {
+        self.object_name = name;
+        self
     }
 
     /// Only events whose [`AUTHOR_HEADER`] header equals `author`.
@@ -380,6 +446,27 @@ mod tests {
         assert_eq!(page.next_query(&q).unwrap().cursor, Cursor::Before(7));
         let q = q.with_cursor(Cursor::After(3));
         assert_eq!(page.next_query(&q).unwrap().cursor, Cursor::After(7));
+    }
+
+    #[test]
+    fn object_by_table_or_label() {
+        let e = OutboxEvent::new(
+            "doc.updated",
+            serde_json::json!({"model": "prod_order", "table": "plan_prod_orders", "pk": 18}),
+        );
+        assert_eq!(ObjectRef::of(&e).as_deref(), Some("plan_prod_orders #18"));
+        assert_eq!(
+            ObjectRef::named(&e, ObjectName::Label).as_deref(),
+            Some("prod_order #18")
+        );
+        // A `table` that is no string (a payload of your own) is not a table name.
+        let e = OutboxEvent::new(
+            "x",
+            serde_json::json!({"model": "bill", "table": 4, "pk": 1}),
+        );
+        assert_eq!(ObjectRef::of(&e).as_deref(), Some("bill #1"));
+        assert_eq!("label".parse::<ObjectName>().unwrap(), ObjectName::Label);
+        assert!("labels".parse::<ObjectName>().is_err());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! dashboard served on 127.0.0.1:0, events in every state.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod browser;
+
 use std::net::SocketAddr;
 
 use hare_outbox_core::backend::{Backend, JournalBackend};

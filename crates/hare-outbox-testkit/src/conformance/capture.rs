@@ -108,7 +108,7 @@ async fn payloads<B: JournalBackend>(outbox: &Outbox<B>) -> Vec<Value> {
 }
 
 /// An insert, an update and a delete of one row: topics from the label, the envelope (model,
-/// operation, key, changed columns, before, after), no headers, the key as ordering key.
+/// table, operation, key, changed columns, before, after), no headers, the key as ordering key.
 pub async fn envelope_of_insert_update_delete<H: Harness>(h: &H) {
     let outbox = capture_outbox(h, LOANS).await;
     ChangeCapture::new("loans")
@@ -127,7 +127,7 @@ pub async fn envelope_of_insert_update_delete<H: Harness>(h: &H) {
     let key = Some("library.Loan:7".to_owned());
     let ev = |operation: &str, changed: Value, before: &Value, after: &Value| Ev {
         topic: format!("library.loan.{operation}"),
-        payload: json!({"model": "library.Loan", "operation": operation, "pk": 7,
+        payload: json!({"model": "library.Loan", "table": "loans", "operation": operation, "pk": 7,
             "changed": changed, "before": before, "after": after}),
         headers: json!({}),
         ordering_key: key.clone(),
@@ -478,7 +478,7 @@ pub async fn changes_mode_writes_the_journal_with_the_author<H: Harness>(h: &H) 
     let events = events(&outbox).await;
     let updated = |changed: Value, before: Value, after: Value| Ev {
         topic: "doc.updated".into(),
-        payload: json!({"model": "erp.sales_order", "operation": "updated", "pk": 22,
+        payload: json!({"model": "erp.sales_order", "table": "sales_orders", "operation": "updated", "pk": 22,
             "changed": changed, "before": before, "after": after}),
         headers: json!({"author": "Администратор"}),
         ordering_key: Some("erp.sales_order:22".into()),

@@ -30,6 +30,7 @@ pub mod ordering;
 pub mod relay;
 pub mod runs;
 pub mod statements;
+pub mod views;
 
 pub use harness::{Cell, EventState, Harness, Reshape};
 
@@ -197,6 +198,14 @@ macro_rules! suite {
                 backlog_reports_pending_oldest_age_and_dead_letters,
                 cleanup_deletes_in_batches_without_blocking_writers,
                 one_delete_takes_one_batch_oldest_first_and_nothing_younger_than_the_cut_off,
+            ],
+            views: [
+                held_keys_are_the_dead_and_failing_heads_in_key_order,
+                neighbours_of_a_key_and_one_event_by_sequence,
+                object_filter_by_table_or_label,
+                relays_holding_leases_live_and_expired,
+                retry_and_release_act_only_on_the_held_head,
+                topic_counts_per_state_and_oldest_pending,
             ],
         );
         $crate::suite!(@outbox $harness;
