@@ -128,7 +128,12 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     pool.close().await;
 
     let stats = relay.stats();
-    let summary = Summary::new(written, stats);
+    let held = if stats.dead_lettered > 0 {
+        held_behind_dead_letters(&relay).await.unwrap_or(0)
+    } else {
+        0
+    };
+    let summary = Summary::new(written, stats, held);
     printer.summary(&summary, shutdown.is_cancelled());
     if let Err(error) = workload {
         return Err(error.context("the workload failed"));
@@ -308,7 +313,8 @@ async fn workload(
     Ok(())
 }
 
-/// Waits until every written event is delivered or dead-lettered; false on Ctrl-C or timeout.
+/// Waits until every written event is delivered, dead-lettered or held back behind a dead
+/// letter of its ordering key (it waits for an operator's retry); false on Ctrl-C or timeout.
 async fn drain(
     relay: &OutboxRelay<SqliteBackend>,
     written: u64,
@@ -317,7 +323,13 @@ async fn drain(
     let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
     loop {
         let stats = relay.stats();
-        if stats.delivered + stats.dead_lettered >= written {
+        let settled = stats.delivered + stats.dead_lettered;
+        if settled >= written {
+            return true;
+        }
+        if stats.dead_lettered > 0
+            && settled + held_behind_dead_letters(relay).await.unwrap_or(0) >= written
+        {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -330,6 +342,29 @@ async fn drain(
     }
 }
 
+/// Events held back behind a dead-lettered head of their ordering key (the heads not counted).
+///
+/// # Errors
+/// When the journal cannot be read.
+async fn held_behind_dead_letters(relay: &OutboxRelay<SqliteBackend>) -> hare_outbox::Result<u64> {
+    let journal = relay.journal();
+    let mut held = 0;
+    let mut after = String::new();
+    loop {
+        let page = journal.held_keys(&after, 1000).await?;
+        held += page
+            .keys
+            .iter()
+            .filter(|k| k.head.dead_lettered_at.is_some())
+            .map(|k| u64::try_from(k.waiting - 1).unwrap_or(0))
+            .sum::<u64>();
+        match page.next_after {
+            Some(next) => after = next,
+            None => return Ok(held),
+        }
+    }
+}
+
 /// The numbers of the summary line.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
@@ -338,17 +373,20 @@ pub struct Summary {
     /// Failed attempts recorded, including those that dead-lettered their event.
     failed: u64,
     dead: u64,
+    /// Events held back behind a dead letter of their key, waiting for its retry.
+    held: u64,
     pending: u64,
 }
 
 impl Summary {
-    fn new(written: u64, stats: RelayStats) -> Summary {
+    fn new(written: u64, stats: RelayStats, held: u64) -> Summary {
         Summary {
             written,
             delivered: stats.delivered,
             failed: stats.failed + stats.dead_lettered,
             dead: stats.dead_lettered,
-            pending: written.saturating_sub(stats.delivered + stats.dead_lettered),
+            held,
+            pending: written.saturating_sub(stats.delivered + stats.dead_lettered + held),
         }
     }
 }
@@ -430,6 +468,7 @@ impl Printer {
             delivered,
             failed,
             dead,
+            held,
             pending,
         } = *summary;
         if self.json {
@@ -439,6 +478,7 @@ impl Printer {
                     "delivered": delivered,
                     "failed": failed,
                     "dead": dead,
+                    "held": held,
                     "pending": pending,
                     "interrupted": interrupted,
                 }})
@@ -450,8 +490,13 @@ impl Printer {
             } else {
                 String::new()
             };
+            let held = if held > 0 {
+                format!(", held behind a dead letter {held}")
+            } else {
+                String::new()
+            };
             self.line(&format!(
-                "demo: written {written}, delivered {delivered}, failed {failed}, dead {dead}{tail}"
+                "demo: written {written}, delivered {delivered}, failed {failed}, dead {dead}{held}{tail}"
             ));
         }
     }
@@ -551,7 +596,13 @@ mod tests {
             dead_lettered: 1,
             ..RelayStats::default()
         };
-        let s = Summary::new(9, stats);
+        let s = Summary::new(9, stats, 0);
         assert_eq!((s.delivered, s.failed, s.dead, s.pending), (7, 4, 1, 1));
+        let s = Summary::new(9, stats, 1);
+        assert_eq!(
+            (s.held, s.pending),
+            (1, 0),
+            "held behind the dead letter, not pending"
+        );
     }
 }

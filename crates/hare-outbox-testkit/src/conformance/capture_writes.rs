@@ -54,7 +54,7 @@ pub async fn composite_key_is_an_object_and_joins_the_ordering_key<H: Harness>(h
         events(&outbox).await,
         vec![Ev {
             topic: "docs.version.inserted".into(),
-            payload: json!({"model": "docs.Version", "operation": "inserted",
+            payload: json!({"model": "docs.Version", "table": "versions", "operation": "inserted",
                 "pk": {"version": 2, "doc": "a:b"}, "changed": null, "before": null, "after": null}),
             headers: json!({}),
             ordering_key: Some("docs/Version/versions/2:a:b".into()),
@@ -171,17 +171,17 @@ pub async fn cascades_and_set_null_done_by_the_database_are_captured<H: Harness>
         vec![
             (
                 "cards.deleted".into(),
-                json!({"model": "cards", "operation": "deleted", "pk": 10, "changed": null,
+                json!({"model": "cards", "table": "cards", "operation": "deleted", "pk": 10, "changed": null,
                     "before": {"id": 10, "reader_id": 1}, "after": null})
             ),
             (
                 "cards.deleted".into(),
-                json!({"model": "cards", "operation": "deleted", "pk": 11, "changed": null,
+                json!({"model": "cards", "table": "cards", "operation": "deleted", "pk": 11, "changed": null,
                     "before": {"id": 11, "reader_id": 1}, "after": null})
             ),
             (
                 "notes.updated".into(),
-                json!({"model": "notes", "operation": "updated", "pk": 20, "changed": ["reader_id"],
+                json!({"model": "notes", "table": "notes", "operation": "updated", "pk": 20, "changed": ["reader_id"],
                     "before": {"id": 20, "reader_id": 1}, "after": {"id": 20, "reader_id": null}})
             ),
         ]
