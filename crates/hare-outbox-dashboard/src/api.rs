@@ -489,7 +489,11 @@ pub(crate) struct RetryResult {
     retried: u64,
 }
 
-fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes, shape: &str) -> Result<T, ApiError> {
+/// The JSON request body as `T`, or a 400 naming the expected `shape`.
+pub(crate) fn body<T: serde::de::DeserializeOwned>(
+    bytes: &Bytes,
+    shape: &str,
+) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

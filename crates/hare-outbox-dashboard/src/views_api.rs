@@ -180,16 +180,10 @@ pub(crate) async fn key_head<B: JournalBackend>(
     State(state): State<AppState<B>>,
     bytes: Bytes,
 ) -> Result<Json<KeyHeadResult>, ApiError> {
-    let request: KeyHeadRequest = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "body",
-            format!(
-                "the request body is not {{\"sequence\": n, \"ordering_key\": \"…\", \"action\": \
-                 \"retry\"|\"release\"}}: {e}"
-            ),
-        )
-    })?;
+    let request: KeyHeadRequest = crate::api::body(
+        &bytes,
+        r#"{"sequence": n, "ordering_key": "…", "action": "retry"|"release"}"#,
+    )?;
     let changed = state
         .journal
         .key_head(request.sequence, &request.ordering_key, request.action)
