@@ -76,7 +76,9 @@ impl Harness for Lite {
     }
 
     /// SQLite alters no column: the empty table is made again from its own DDL, edited, with
-    /// its indexes.
+    /// its indexes, in one transaction on one connection. (A connection's cached schema is only
+    /// checked against the file when a statement runs: a `CREATE INDEX` prepared on another
+    /// pooled connection after the `DROP TABLE` could still see the dropped index.)
     async fn reshape_outbox(&self, reshape: Reshape) {
         let (from, to) = match reshape {
             Reshape::Loosen => ("id TEXT NOT NULL UNIQUE", "id TEXT UNIQUE"),
@@ -85,21 +87,28 @@ impl Harness for Lite {
                 "\"note\" TEXT NOT NULL CONSTRAINT note_short CHECK (length(\"note\") < 5)",
             ),
         };
+        let mut tx = self
+            .0
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .expect("begin the reshape");
         let schema: Vec<(String, String)> = sqlx::query_as(
             "SELECT type, sql FROM sqlite_master WHERE tbl_name = 'outbox' AND sql IS NOT NULL \
              ORDER BY type = 'index'",
         )
-        .fetch_all(&self.0.pool)
+        .fetch_all(&mut *tx)
         .await
         .expect("read the schema of outbox");
         assert_eq!(schema[0].0, "table", "{schema:?}");
         let table = schema[0].1.replacen(from, to, 1);
         assert_ne!(table, schema[0].1, "{from} is not in {table}");
-        self.execute("DROP TABLE outbox").await;
-        self.execute(&table).await;
+        Self::execute_on(&mut tx, "DROP TABLE outbox").await;
+        Self::execute_on(&mut tx, &table).await;
         for (_, index) in &schema[1..] {
-            self.execute(index).await;
+            Self::execute_on(&mut tx, index).await;
         }
+        tx.commit().await.expect("commit the reshape");
     }
 
     async fn refuse_bad_loans(&self) {
