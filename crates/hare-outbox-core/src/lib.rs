@@ -22,7 +22,7 @@ pub mod wakeup;
 
 pub use backend::params::{Backlog, FinishedState};
 pub use backend::{Backend, Capabilities, CaptureBackend, InboxBackend, JournalBackend};
-pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
+pub use capture::{CaptureContext, CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{
     Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery, JsonLinesDelivery,
     TopicRouter,

@@ -6,6 +6,8 @@
 -- expression over v_pk (NULL when unordered); {topic_insert}, {topic_update}, {topic_delete},
 -- {label} and {table_name} (the captured table's name, unqualified) literals; {occurred_at} the
 -- ISO 8601 UTC text of statement_timestamp();
+-- The transaction's context (Outbox::set_context) is read from the settings hare_outbox.headers
+-- (merged into the headers) and hare_outbox.payload (keys merged into the envelope).
 -- {extra_columns} and {extra_values} the outbox columns copied from the row; {notify} nothing,
 -- or the PERFORM pg_notify(channel, v_topic) of a capture declared with `notify`;
 -- {skip_unchanged} nothing (every updated row writes an event), or, for a capture declared with
@@ -27,6 +29,8 @@ DECLARE
     v_topic text;
     v_ctx text := current_setting('hare_outbox.headers', true);
     v_headers jsonb := '{}';
+    v_ctx_payload text := current_setting('hare_outbox.payload', true);
+    v_added jsonb := '{}';
     -- UUID v7: 48 bits of Unix milliseconds, version 7, 74 random bits with the RFC 4122 variant
     -- (gen_random_uuid() supplies the random bits and the variant).
     v_rand bytea := uuid_send(gen_random_uuid());
@@ -46,6 +50,12 @@ BEGIN
             v_headers := '{}';
         END IF;
     END IF;
+    IF v_ctx_payload IS NOT NULL AND v_ctx_payload <> '' THEN
+        v_added := v_ctx_payload::jsonb;
+        IF jsonb_typeof(v_added) <> 'object' THEN
+            v_added := '{}';
+        END IF;
+    END IF;
     v_key := {key};
     IF length(v_key) > 255 THEN
         v_key := left(v_key, 190) || '#' || encode(sha256(convert_to(v_key, 'UTF8')), 'hex');
@@ -58,7 +68,9 @@ BEGIN
                     PLACING substring(int8send(v_ms) FROM 3) FROM 1 FOR 6),
             'hex')::uuid,
         v_topic,
-        jsonb_build_object(
+        -- The context's payload keys first: on a clash (never written by the library) the
+        -- envelope's own key wins.
+        v_added || jsonb_build_object(
             'model', {label},
             'table', {table_name},
             'operation', CASE TG_OP WHEN 'INSERT' THEN 'inserted' WHEN 'UPDATE' THEN 'updated' ELSE 'deleted' END,

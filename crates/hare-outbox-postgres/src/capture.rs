@@ -938,12 +938,20 @@ pub(crate) async fn context_set(
     conn: &mut PgConnection,
     params: &ContextSetParams,
 ) -> Result<()> {
-    let text = match &params.headers {
-        Some(headers) => Value::Object(headers.clone()).to_string(),
-        None => String::new(),
+    let (headers, payload) = match &params.headers {
+        Some(headers) => (
+            Value::Object(headers.clone()).to_string(),
+            if params.payload.is_empty() {
+                String::new()
+            } else {
+                Value::Object(params.payload.clone()).to_string()
+            },
+        ),
+        None => (String::new(), String::new()),
     };
     sqlx::query(CONTEXT_SET)
-        .bind(text)
+        .bind(headers)
+        .bind(payload)
         .persistent(db.persistent())
         .execute(&mut *conn)
         .await

@@ -10,9 +10,12 @@
 --
 -- 'now' is fixed for one statement in SQLite, so every row of a statement carries one time.
 -- created_at is written in the outbox table's fixed format (six fractional digits, Z).
--- The context headers count only while defer_foreign_keys is on: the context call turns it on
--- and SQLite turns it off at every COMMIT and ROLLBACK, so a context never outlives its
--- transaction.
+-- The context (headers, payload keys) counts only while defer_foreign_keys is on: the context
+-- call turns it on and SQLite turns it off at every COMMIT and ROLLBACK, so a context never
+-- outlives its transaction. The context's payload keys are appended to the envelope's text:
+-- the envelope always ends with the string of occurred_at and one '}', which rtrim removes; the
+-- keys (never one of the envelope's, checked by the core) follow from the stored object's text
+-- without its '{'. json_patch is not used: it would drop null values.
 CREATE TRIGGER {trigger} AFTER {operation} ON {table} FOR EACH ROW {when}
 BEGIN
     {record}
@@ -22,7 +25,7 @@ BEGIN
             || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(g.r, 4, 3) || '-'
             || substr(g.r, 7, 12),
         {topic},
-        json_object(
+        rtrim(json_object(
             'model', {label},
             'table', {table_name},
             'operation', {past},
@@ -32,7 +35,11 @@ BEGIN
             'after', {after},
             'occurred_at', substr(g.f, 1, 19)
                 || CASE WHEN substr(g.f, 21, 3) = '000' THEN '' ELSE '.' || substr(g.f, 21, 3) || '000' END
-                || '+00:00'),
+                || '+00:00'), '}')
+            || coalesce(',' || substr(nullif(
+                   CASE WHEN (SELECT defer_foreign_keys FROM pragma_defer_foreign_keys()) = 1
+                        THEN (SELECT c.payload FROM "hare_outbox_context" AS c WHERE c.id = 1) END,
+                   '{}'), 2), '}'),
         CASE WHEN (SELECT defer_foreign_keys FROM pragma_defer_foreign_keys()) = 1
              THEN coalesce((SELECT c.headers FROM "hare_outbox_context" AS c WHERE c.id = 1), '{}')
              ELSE '{}' END,

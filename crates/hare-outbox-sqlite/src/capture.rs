@@ -490,17 +490,8 @@ pub(crate) async fn install(
         key_names.clone(),
         declaration.clone(),
     );
-    let mut statements = vec![render(
-        CONTEXT_TABLE,
-        &[(
-            "table",
-            format!(
-                "{}.{}",
-                quote_ident(&schema),
-                quote_ident(CONTEXT_TABLE_NAME)
-            ),
-        )],
-    )];
+    ensure_context_table(&mut tx, &schema).await?;
+    let mut statements = Vec::new();
     for name in trigger_names(&mut tx, &schema, &base).await? {
         statements.push(format!(
             "DROP TRIGGER IF EXISTS {}.{}",
@@ -802,15 +793,12 @@ pub(crate) async fn status(pool: &SqlitePool, outbox: &OutboxTable) -> Result<Ve
     Ok(out)
 }
 
-/// Sets or clears the transaction's context headers; see `Backend::context_set`.
-pub(crate) async fn context_set(
-    conn: &mut SqliteConnection,
-    outbox: &OutboxTable,
-    params: &ContextSetParams,
-) -> Result<()> {
+/// Creates the context table in `schema` if missing, and adds its `payload` column to a table
+/// made before that column existed; returns the table's quoted, schema-qualified name.
+async fn ensure_context_table(conn: &mut SqliteConnection, schema: &str) -> Result<String> {
     let table = format!(
         "{}.{}",
-        quote_ident(&outbox_schema(outbox)),
+        quote_ident(schema),
         quote_ident(CONTEXT_TABLE_NAME)
     );
     sqlx::raw_sql(AssertSqlSafe(render(
@@ -820,10 +808,40 @@ pub(crate) async fn context_set(
     .execute(&mut *conn)
     .await
     .map_err(map_err)?;
+    let columns: Vec<String> = sqlx::query_scalar(include_str!("../queries/table_columns.sql"))
+        .bind(CONTEXT_TABLE_NAME)
+        .bind(schema)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if !columns.iter().any(|c| c == "payload") {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "ALTER TABLE {table} ADD COLUMN payload TEXT"
+        )))
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    }
+    Ok(table)
+}
+
+/// Sets or clears the transaction's context (headers, payload keys); see
+/// `CaptureBackend::context_set`.
+pub(crate) async fn context_set(
+    conn: &mut SqliteConnection,
+    outbox: &OutboxTable,
+    params: &ContextSetParams,
+) -> Result<()> {
+    let schema = outbox_schema(outbox);
+    let table = ensure_context_table(conn, &schema).await?;
     match &params.headers {
         Some(headers) => {
             sqlx::query(AssertSqlSafe(render(CONTEXT_SET, &[("table", table)])))
                 .bind(Value::Object(headers.clone()).to_string())
+                .bind(
+                    (!params.payload.is_empty())
+                        .then(|| Value::Object(params.payload.clone()).to_string()),
+                )
                 .execute(&mut *conn)
                 .await
                 .map_err(map_err)?;

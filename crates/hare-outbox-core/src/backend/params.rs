@@ -553,15 +553,21 @@ pub struct CaptureUninstallParams {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ContextSetParams {
-    /// The headers; `None` clears the context.
+    /// The headers; `None` clears the context (headers and payload keys).
     pub headers: Option<Map<String, Value>>,
+    /// The keys merged into every captured envelope of the transaction, validated by the core
+    /// (none of [`ENVELOPE_KEYS`](crate::capture::ENVELOPE_KEYS)); empty for none.
+    pub payload: Map<String, Value>,
 }
 
 params_new!(CaptureInstallParams {
     plan: crate::capture::CapturePlan
 });
 params_new!(CaptureUninstallParams { schema: Option<String>, table: String });
-params_new!(ContextSetParams { headers: Option<Map<String, Value>> });
+params_new!(ContextSetParams {
+    headers: Option<Map<String, Value>>,
+    payload: Map<String, Value>
+});
 
 // ---------------------------------------------------------------------------------------------
 // The operator's views: parameters and results of the view statements of `JournalBackend`.

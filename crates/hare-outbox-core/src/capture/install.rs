@@ -1,12 +1,12 @@
 //! Installing, removing and inspecting a capture, and the capture context of a transaction:
 //! the part of change capture that talks to the backend.
 
-use serde_json::Value;
+use serde_json::Map;
 
-use super::{CaptureDrift, CaptureStatus, ChangeCapture};
+use super::{CaptureContext, CaptureDrift, CaptureStatus, ChangeCapture};
 use crate::backend::CaptureBackend;
 use crate::backend::params::{CaptureInstallParams, CaptureUninstallParams, ContextSetParams};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::outbox::Outbox;
 
 impl ChangeCapture {
@@ -74,43 +74,48 @@ impl ChangeCapture {
 }
 
 impl<B: CaptureBackend> Outbox<B> {
-    /// Stores `headers` (a JSON object) as the context of the transaction on `conn` (`&mut *tx`):
-    /// every event a capture trigger writes in that transaction carries them, merged into its
-    /// headers — the author of a change, a trace id. A later call replaces the
-    /// context; [`clear_context`](Self::clear_context) removes it. Events written by
-    /// [`enqueue`](Self::enqueue) are not affected.
+    /// Stores `context` as the context of the transaction on `conn` (`&mut *tx`): every event a
+    /// capture trigger writes in that transaction carries its headers, merged into the event's
+    /// headers — the author of a change, a trace id — and its payload keys, merged into the
+    /// event's envelope next to `model`, `table`, `operation`, … (seed 001 § ChangeExtension:
+    /// `headers` and `payload`). A [`serde_json::Value`] is taken as headers only
+    /// (`json!({"author": "u-7"})`); a [`CaptureContext`] carries both. A later call replaces
+    /// the whole context; [`clear_context`](Self::clear_context) removes it. Events written by
+    /// [`enqueue`](Self::enqueue) are not affected. Triggers installed by a release before
+    /// payload keys existed carry the headers only until installed again.
     ///
     /// Scope, per backend:
-    /// - PostgreSQL: a transaction-local setting (`set_config('hare_outbox.headers', …, true)`):
-    ///   gone at COMMIT or ROLLBACK, undone by ROLLBACK TO SAVEPOINT. Outside a transaction
-    ///   block it lasts only for this call, so call it inside one.
-    /// - SQLite: a row of the `hare_outbox_context` table next to the outbox table, valid only
-    ///   while SQLite's `defer_foreign_keys` flag is on, which this call sets and SQLite itself
-    ///   switches off at COMMIT and ROLLBACK — so the context ends with the transaction. The
-    ///   price: in that transaction foreign-key violations are reported at COMMIT instead of at
-    ///   the statement. A transaction that turns `defer_foreign_keys` on by itself, without
-    ///   setting a context, would see a context left by an earlier transaction that did not
-    ///   clear it; [`clear_context`](Self::clear_context) before COMMIT rules that out.
+    /// - PostgreSQL: transaction-local settings (`set_config('hare_outbox.headers', …, true)`
+    ///   and `hare_outbox.payload`): gone at COMMIT or ROLLBACK, undone by ROLLBACK TO
+    ///   SAVEPOINT. Outside a transaction block they last only for this call, so call it inside
+    ///   one.
+    /// - SQLite: a row of the `hare_outbox_context` table next to the outbox table (columns
+    ///   `headers` and `payload`), valid only while SQLite's `defer_foreign_keys` flag is on,
+    ///   which this call sets and SQLite itself switches off at COMMIT and ROLLBACK — so the
+    ///   context ends with the transaction. The price: in that transaction foreign-key
+    ///   violations are reported at COMMIT instead of at the statement. A transaction that turns
+    ///   `defer_foreign_keys` on by itself, without setting a context, would see a context left
+    ///   by an earlier transaction that did not clear it;
+    ///   [`clear_context`](Self::clear_context) before COMMIT rules that out.
     ///
     /// # Errors
-    /// - [`Error::Validation`] on field `headers` when `headers` is not a JSON object or has an
-    ///   empty name; nothing is stored.
-    /// - [`Error::Unsupported`] on a backend without capture; [`Error::Database`] otherwise.
-    pub async fn set_context(&self, conn: &mut B::Conn, headers: Value) -> Result<()> {
-        let Value::Object(headers) = headers else {
-            return Err(Error::validation(
-                "headers",
-                format!("{headers} is not a JSON object of header names and values"),
-            ));
-        };
-        if headers.keys().any(|name| name.trim().is_empty()) {
-            return Err(Error::validation(
-                "headers",
-                "a header name is empty; names must be non-empty text",
-            ));
-        }
+    /// - [`Error::Validation`] as [`CaptureContext::validate`]: headers that are not a JSON
+    ///   object or have an empty name; payload that is not a JSON object, has an empty key or a
+    ///   key of the envelope's own ([`ENVELOPE_KEYS`](crate::capture::ENVELOPE_KEYS), named in
+    ///   the message); nothing is stored and an earlier context stays.
+    /// - [`Error::Database`] when the statement fails.
+    pub async fn set_context(
+        &self,
+        conn: &mut B::Conn,
+        context: impl Into<CaptureContext>,
+    ) -> Result<()> {
+        let (headers, payload) = context.into().validate()?;
         self.backend()
-            .context_set(conn, self.table(), &ContextSetParams::new(Some(headers)))
+            .context_set(
+                conn,
+                self.table(),
+                &ContextSetParams::new(Some(headers), payload),
+            )
             .await
     }
 
@@ -121,7 +126,7 @@ impl<B: CaptureBackend> Outbox<B> {
     /// [`Error::Unsupported`] on a backend without capture; [`Error::Database`] otherwise.
     pub async fn clear_context(&self, conn: &mut B::Conn) -> Result<()> {
         self.backend()
-            .context_set(conn, self.table(), &ContextSetParams::new(None))
+            .context_set(conn, self.table(), &ContextSetParams::new(None, Map::new()))
             .await
     }
 

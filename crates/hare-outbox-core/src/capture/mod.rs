@@ -33,9 +33,11 @@
 //! not which rows are captured. [`ChangeCapture::skip_unchanged`] writes nothing for such an
 //! update instead.
 //!
-//! A trigger cannot call Rust, so what hare's `extend` adds comes from the database:
-//! [`Outbox::set_context`](crate::Outbox::set_context) stores headers for the current transaction, which every captured event
-//! of that transaction carries (the author shown in the journal's "who" column), and
+//! A trigger cannot call Rust, so what hare's `extend` adds (seed 001 § ChangeExtension) comes
+//! from the database: [`Outbox::set_context`](crate::Outbox::set_context) stores a
+//! [`CaptureContext`] for the current transaction — headers every captured event of that
+//! transaction carries (the author shown in the journal's "who" column) and payload keys merged
+//! into every envelope next to the keys above (recipients, a scope) —, and
 //! [`ChangeCapture::with_extra_from_row`] copies a row column (a tenant) into an outbox column.
 
 use std::collections::BTreeMap;
@@ -68,6 +70,142 @@ pub const OUTBOX_OWNED_COLUMNS: &[&str] = &[
     "published_at",
     "dead_lettered_at",
 ];
+
+/// The keys of the envelope a capture trigger writes, the same in every [`ChangePayload`] mode.
+/// A [`CaptureContext`]'s payload may add keys to the envelope, never one of these (seed 001
+/// § ChangeExtension: "not its own").
+pub const ENVELOPE_KEYS: &[&str] = &[
+    "model",
+    "table",
+    "operation",
+    "pk",
+    "changed",
+    "before",
+    "after",
+    "occurred_at",
+];
+
+/// What [`Outbox::set_context`](crate::Outbox::set_context) stores for one transaction: the
+/// headers every event a capture trigger writes in it carries, and the keys merged into each
+/// such event's envelope (the trigger-side form of seed 001 § ChangeExtension: `headers` and
+/// `payload`; `extra_field_values` is [`ChangeCapture::with_extra_from_row`]).
+///
+/// Both are JSON objects, empty by default. A `serde_json::Value` converts into the headers of
+/// a context (`outbox.set_context(&mut *tx, json!({"author": "u-7"}))`).
+///
+/// ```
+/// use hare_outbox_core::capture::CaptureContext;
+/// use serde_json::json;
+///
+/// let context = CaptureContext::new()
+///     .with_headers(json!({"author": "u-7"}))
+///     .with_payload(json!({"recipients": ["ops@example.com"]}));
+/// assert!(context.validate().is_ok());
+///
+/// // The envelope's own keys cannot be replaced.
+/// let err = CaptureContext::new().with_payload(json!({"before": {}})).validate().unwrap_err();
+/// assert!(err.to_string().contains("\"before\""));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CaptureContext {
+    headers: Value,
+    payload: Value,
+}
+
+impl CaptureContext {
+    /// An empty context: no headers, no payload keys.
+    pub fn new() -> Self {
+        CaptureContext {
+            headers: Value::Object(Map::new()),
+            payload: Value::Object(Map::new()),
+        }
+    }
+
+    /// Sets the headers: a JSON object of header names (non-empty text) and values. Checked by
+    /// [`validate`](Self::validate).
+    #[must_use]
+    pub fn with_headers(mut self, headers: Value) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets the payload keys merged into every captured envelope of the transaction: a JSON
+    /// object whose keys are non-empty and none of [`ENVELOPE_KEYS`]. Values are kept as given
+    /// (nulls and nested objects included). Checked by [`validate`](Self::validate).
+    #[must_use]
+    pub fn with_payload(mut self, payload: Value) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// The headers as set.
+    pub fn headers(&self) -> &Value {
+        &self.headers
+    }
+
+    /// The payload keys as set.
+    pub fn payload(&self) -> &Value {
+        &self.payload
+    }
+
+    /// Checks the context and returns its headers and payload keys.
+    ///
+    /// # Errors
+    /// [`Error::Validation`] on field `headers` when the headers are not a JSON object or a
+    /// name is empty; on field `payload` when the payload is not a JSON object, a key is empty,
+    /// or a key is one of [`ENVELOPE_KEYS`] (the error names the key).
+    pub fn validate(&self) -> Result<(Map<String, Value>, Map<String, Value>)> {
+        let Value::Object(headers) = &self.headers else {
+            return Err(Error::validation(
+                "headers",
+                format!(
+                    "{} is not a JSON object of header names and values",
+                    self.headers
+                ),
+            ));
+        };
+        if headers.keys().any(|name| name.trim().is_empty()) {
+            return Err(Error::validation(
+                "headers",
+                "a header name is empty; names must be non-empty text",
+            ));
+        }
+        let Value::Object(payload) = &self.payload else {
+            return Err(Error::validation(
+                "payload",
+                format!(
+                    "{} is not a JSON object of keys to add to the captured envelope",
+                    self.payload
+                ),
+            ));
+        };
+        for key in payload.keys() {
+            if key.trim().is_empty() {
+                return Err(Error::validation(
+                    "payload",
+                    "a key is empty; keys must be non-empty text",
+                ));
+            }
+            if ENVELOPE_KEYS.contains(&key.as_str()) {
+                return Err(Error::validation(
+                    "payload",
+                    format!(
+                        "key {key:?} is one of the envelope's own keys ({}); a context adds keys, it does not replace them",
+                        ENVELOPE_KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok((headers.clone(), payload.clone()))
+    }
+}
+
+impl From<Value> for CaptureContext {
+    /// A context of these headers and no payload keys.
+    fn from(headers: Value) -> Self {
+        CaptureContext::new().with_headers(headers)
+    }
+}
 
 /// The topic template used when none is declared: `{app}.{model}.{operation}`, lower-cased
 /// (`library.loan.updated`). A label without an app part (no dot) uses `{model}.{operation}`.

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use hare_outbox_core::OutboxTable;
 
 pub mod capture;
+pub mod capture_context;
 pub mod capture_writes;
 pub mod cleanup_backlog;
 pub mod dead_letters;
@@ -158,6 +159,10 @@ macro_rules! suite {
                 install_refuses_bad_declarations_and_installs_nothing,
                 payload_modes_keys_before_and_after_changes,
                 skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
+            ],
+            capture_context: [
+                context_payload_keys_are_merged_into_every_captured_envelope,
+                context_payload_keys_of_the_envelopes_own_are_refused,
             ],
             capture_writes: [
                 a_many_to_many_link_table_is_just_a_table,
