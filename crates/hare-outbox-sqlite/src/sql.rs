@@ -193,7 +193,7 @@ pub(crate) fn render_table(template: &str, table: &OutboxTable, more: &[(&str, S
     let columns = COLUMNS
         .iter()
         .map(|c| (*c).to_owned())
-        .chain(table.columns().iter().map(|c| quote_ident(c.name())))
+        .chain(table.columns().iter().map(|c| quote_column(c.name())))
         .collect::<Vec<_>>()
         .join(", ");
     let extra_column_defs: String = table
@@ -354,7 +354,7 @@ pub(crate) fn event_list(
 /// `result_column`): [`Query::EventMarkDeliveredResult`] or [`Query::EventMarkFailedResult`].
 pub(crate) fn with_result_column(query: Query, table: &OutboxTable, column: &str) -> Arc<str> {
     cached(table, format!("{query:?} {column}"), || {
-        query.render_with(table, &[("result_column", quote_ident(column))])
+        query.render_with(table, &[("result_column", quote_column(column))])
     })
 }
 
@@ -423,6 +423,15 @@ pub(crate) fn check_references(table: &OutboxTable) -> Result<()> {
 /// A quoted SQL identifier: `"name"`, with inner double quotes doubled.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `name` quoted as a column read in an expression (a select list, `RETURNING`): in backticks,
+/// which SQLite always takes as an identifier. A double-quoted name that matches no column is
+/// read as a string literal instead (SQLite's double-quoted-string compatibility), so a
+/// connection that prepared a statement before `migrate` added the column elsewhere would
+/// select the text `'tenant_id'` rather than fail and reload its schema.
+pub(crate) fn quote_column(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
 }
 
 #[cfg(test)]
