@@ -24,8 +24,8 @@ pub use backend::params::{Backlog, FinishedState};
 pub use backend::{Backend, Capabilities, CaptureBackend, InboxBackend, JournalBackend};
 pub use capture::{CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{
-    Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery, JsonLinesDelivery,
-    TopicRouter,
+    BatchDelivery, Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery,
+    JsonLinesDelivery, TopicRouter,
 };
 pub use error::{BoxError, DeliveryError, DeliveryErrorKind, Error, Result};
 pub use event::{

@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
+use hare_outbox_core::{
+    BatchDelivery, Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result,
+};
 use rdkafka::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -416,15 +418,28 @@ fn create_producer(config: &mut ClientConfig, timeout: Duration) -> Result<Futur
     })
 }
 
+/// The whole batch at once, behind the shared batching adaptor.
+#[async_trait]
+impl BatchDelivery for KafkaDelivery {
+    fn batch_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn send_batch(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        self.send(events, timeout).await
+    }
+}
+
 #[async_trait]
 impl Delivery for KafkaDelivery {
     /// Produces one event and waits for its acknowledgement, within the timeout
     /// ([`DEFAULT_TIMEOUT`] unless set).
     async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
-        self.send(std::slice::from_ref(event), self.timeout)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(DeliveryError::new("no result for the event")))
+        self.deliver_one(event).await
     }
 
     /// Hands the whole batch to the producer, then waits for every acknowledgement, within the
@@ -436,10 +451,7 @@ impl Delivery for KafkaDelivery {
         _concurrency: usize,
         timeout: Duration,
     ) -> Vec<Result<(), DeliveryError>> {
-        if events.is_empty() {
-            return Vec::new();
-        }
-        self.send(events, timeout.min(self.timeout)).await
+        self.deliver_all(events, timeout).await
     }
 
     /// `true`: a key's run goes out in batch order to one partition (the key's murmur2

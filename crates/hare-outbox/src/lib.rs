@@ -65,12 +65,12 @@
 
 // The user API, item by item (the backend seam is in `backend`, not here).
 pub use hare_outbox_core::{
-    Backlog, BreakerConfig, BreakerState, CONCURRENCY_RANGE, CancellationToken, CaptureStatus,
-    ChangeCapture, ChangePayload, CleanupOutcome, ColumnType, Delivery, DeliveryError,
-    DeliveryErrorKind, DeliveryReport, Destination, DestinationSpec, DestinationStatus,
-    Destinations, EVENT_ID_HEADER, Error, EventPage, EventQuery, EventStatus, ExtraColumn,
-    ExtraValue, FinishedState, FnDelivery, IdempotencyScope, InProcessWakeup, Inbox, Journal,
-    JsonLinesDelivery, MAX_KEY_CHARS, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
+    Backlog, BatchDelivery, BreakerConfig, BreakerState, CONCURRENCY_RANGE, CancellationToken,
+    CaptureStatus, ChangeCapture, ChangePayload, CleanupOutcome, ColumnType, Delivery,
+    DeliveryError, DeliveryErrorKind, DeliveryReport, Destination, DestinationSpec,
+    DestinationStatus, Destinations, EVENT_ID_HEADER, Error, EventPage, EventQuery, EventStatus,
+    ExtraColumn, ExtraValue, FinishedState, FnDelivery, IdempotencyScope, InProcessWakeup, Inbox,
+    Journal, JsonLinesDelivery, MAX_KEY_CHARS, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
     MigrationStatus, MigrationStream, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
     OutboxTransaction, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats, Result,
     RowOperation, StoredRow, TOPIC_HEADER, TopicFilter, TopicPattern, TopicRouter, Wakeup,
