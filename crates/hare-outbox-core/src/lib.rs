@@ -16,6 +16,7 @@ pub mod migration;
 pub mod outbox;
 pub mod redact;
 pub mod relay;
+pub mod secrets;
 pub mod table;
 pub mod topic;
 pub mod wakeup;

@@ -111,12 +111,7 @@ impl KafkaDelivery {
     /// `host:port` or librdkafka refuses the settings.
     pub fn new(bootstrap_servers: &str) -> Result<Self> {
         check_bootstrap("kafka delivery", bootstrap_servers)?;
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", bootstrap_servers.trim())
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("partitioner", "murmur2_random");
+        let mut config = producer_defaults(bootstrap_servers);
         let producer = create_producer(&mut config, DEFAULT_TIMEOUT)?;
         Ok(KafkaDelivery {
             producer: Slot::shared(producer),
@@ -401,6 +396,19 @@ fn breaks_the_producer(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::InvalidProducerIdMapping
             | RDKafkaErrorCode::Fatal
     )
+}
+
+/// The producer settings of [`KafkaDelivery::new`] (and of
+/// [`KafkaDeliveryConfig`](crate::KafkaDeliveryConfig), whose properties come after them):
+/// `bootstrap.servers`, `acks=all`, `enable.idempotence=true`, `partitioner=murmur2_random`.
+pub(crate) fn producer_defaults(bootstrap_servers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap_servers.trim())
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random");
+    config
 }
 
 /// Sets the timeouts on `config` and makes the producer.

@@ -78,7 +78,7 @@ pub use hare_outbox_core::{
 };
 pub use hare_outbox_core::{
     BoxError, capture, delivery, error, event, extra, inbox, journal, json, message, migration,
-    redact, relay, table, topic, wakeup,
+    redact, relay, secrets, table, topic, wakeup,
 };
 
 /// The seam between the core and the database backends: the [`backend::Backend`] trait and its

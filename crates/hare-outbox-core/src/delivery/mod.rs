@@ -9,11 +9,13 @@ use crate::error::DeliveryError;
 use crate::event::OutboxEvent;
 use crate::topic::TopicFilter;
 
+mod config;
 mod destination;
 mod func;
 mod jsonl;
 mod router;
 
+pub use config::DeliveryConfig;
 pub use destination::{Destination, DestinationSpec};
 pub use func::FnDelivery;
 pub use jsonl::{JsonLinesDelivery, json_line};
