@@ -108,6 +108,12 @@ impl KafkaDeliveryConfig {
         "timeout_seconds",
     ];
 
+    /// The librdkafka properties as [`DeliveryConfig::resolve`] read them (the file's, then
+    /// the environment's), applied after the defaults; `None` before.
+    pub fn resolved_properties(&self) -> Option<&[(String, String)]> {
+        self.resolved.as_ref().map(|r| r.properties.as_slice())
+    }
+
     /// The properties of the file and of the environment, in order, and the names of the
     /// latter.
     fn properties(&self, secrets: &Secrets<'_>) -> Result<Resolved, ConfigError> {

@@ -266,6 +266,13 @@ impl DeliveryConfig for MqttDeliveryConfig {
         Ok(())
     }
 
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        match &self.resolved {
+            Some(Target::Url(url)) => Some(url),
+            _ => None,
+        }
+    }
+
     fn describe(&self) -> String {
         match &self.resolved {
             Some(Target::Url(url)) => format!("mqtt {} (from {})", url.shown(), url.source),

@@ -155,6 +155,10 @@ impl DeliveryConfig for NatsDeliveryConfig {
         Ok(())
     }
 
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        self.resolved.as_ref()
+    }
+
     fn describe(&self) -> String {
         let prefix = self.subject_prefix.as_deref().unwrap_or("");
         match &self.resolved {

@@ -141,6 +141,10 @@ impl DeliveryConfig for RabbitMqDeliveryConfig {
         Ok(())
     }
 
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        self.resolved.as_ref()
+    }
+
     fn describe(&self) -> String {
         let exchange = self.exchange.as_deref().unwrap_or("");
         let key = self.routing_key.as_deref().unwrap_or("= event topic");

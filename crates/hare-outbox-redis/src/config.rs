@@ -147,6 +147,10 @@ impl DeliveryConfig for RedisDeliveryConfig {
         Ok(())
     }
 
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        self.resolved.as_ref()
+    }
+
     fn describe(&self) -> String {
         let stream = self.stream.as_deref().unwrap_or("= event topic");
         match &self.resolved {

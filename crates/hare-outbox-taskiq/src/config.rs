@@ -158,6 +158,10 @@ impl DeliveryConfig for TaskiqDeliveryConfig {
         Ok(())
     }
 
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        self.resolved.as_ref()
+    }
+
     fn describe(&self) -> String {
         let queue = self.queue.as_deref().unwrap_or("taskiq");
         match &self.resolved {

@@ -128,6 +128,12 @@ impl WebhookDeliveryConfig {
             .and_then(|(_, s)| s.as_ref().map(|s| s.source.as_str()))
     }
 
+    /// The signing secret as [`DeliveryConfig::resolve`] read it; `None` before, or when
+    /// requests are not signed.
+    pub fn resolved_secret(&self) -> Option<&SecretValue> {
+        self.resolved.as_ref().and_then(|(_, s)| s.as_ref())
+    }
+
     fn secrets(
         &self,
         secrets: &Secrets<'_>,
@@ -224,6 +230,10 @@ impl DeliveryConfig for WebhookDeliveryConfig {
         self.delivery(&url, secret.as_ref())?;
         self.resolved = Some((url, secret));
         Ok(())
+    }
+
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        self.resolved.as_ref().map(|(url, _)| url)
     }
 
     fn describe(&self) -> String {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::Delivery;
-use crate::secrets::{ConfigError, Secrets};
+use crate::secrets::{ConfigError, SecretUrl, Secrets};
 
 /// A broker's delivery config (`KafkaDeliveryConfig`, `RedisDeliveryConfig`, …): what a
 /// program holding a `kind`-tagged enum over them needs, without knowing the broker.
@@ -30,6 +30,13 @@ pub trait DeliveryConfig: std::fmt::Debug + Send + Sync {
     /// # Errors
     /// A [`ConfigError`] naming the key, the value and what is allowed.
     fn resolve(&mut self, secrets: &Secrets<'_>) -> Result<(), ConfigError>;
+
+    /// The broker's URL as [`DeliveryConfig::resolve`] read it, with where it came from;
+    /// `None` before, or for a broker given otherwise (Kafka's `bootstrap_servers`, MQTT's
+    /// `host`).
+    fn resolved_url(&self) -> Option<&SecretUrl> {
+        None
+    }
 
     /// A one-line description for a start-up log: the broker's address with its password
     /// hidden, and where it came from.
