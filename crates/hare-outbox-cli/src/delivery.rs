@@ -34,7 +34,7 @@ use hare_outbox::{
     BreakerConfig, Delivery, DeliveryError, Destination, JsonLinesDelivery, OutboxEvent,
     TopicRouter,
 };
-use serde::de::{Error as _, Unexpected};
+use serde::de::{Error as _, MapAccess};
 use serde::{Deserialize, Deserializer};
 
 use crate::config::seconds;
@@ -156,39 +156,65 @@ pub struct DeliverySection {
     table: toml::Table,
 }
 
+/// The kinds, as written after `kind =`.
+const KIND_NAMES: &[&str] = &[
+    "stdout", "webhook", "kafka", "rabbitmq", "redis", "nats", "mqtt", "taskiq",
+];
+
+/// A key of a delivery section, refused where it is written when no kind has it.
+struct SectionKey(String);
+
+impl<'de> Deserialize<'de> for SectionKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let key = String::deserialize(deserializer)?;
+        if !all_keys().contains(&key.as_str()) {
+            return Err(D::Error::unknown_field(&key, all_keys()));
+        }
+        Ok(SectionKey(key))
+    }
+}
+
+/// The value of `kind`, refused where it is written when it names no kind.
+struct KindName(String);
+
+impl<'de> Deserialize<'de> for KindName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let kind = String::deserialize(deserializer)?;
+        if !KIND_NAMES.contains(&kind.as_str()) {
+            return Err(D::Error::unknown_variant(&kind, KIND_NAMES));
+        }
+        Ok(KindName(kind))
+    }
+}
+
 impl<'de> Deserialize<'de> for DeliverySection {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut table = toml::Table::deserialize(deserializer)?;
-        if let Some(key) = table.keys().find(|k| !all_keys().contains(&k.as_str())) {
-            return Err(D::Error::unknown_field(key, all_keys()));
-        }
-        const NAMES: &[&str] = &[
-            "stdout", "webhook", "kafka", "rabbitmq", "redis", "nats", "mqtt", "taskiq",
-        ];
-        let kind = match table.remove("kind") {
-            None => None,
-            Some(toml::Value::String(s)) if NAMES.contains(&s.as_str()) => Some(s),
-            Some(toml::Value::String(s)) => return Err(D::Error::unknown_variant(&s, NAMES)),
-            Some(other) => {
-                return Err(D::Error::invalid_type(
-                    Unexpected::Other(other.type_str()),
-                    &"a delivery kind",
-                ));
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = DeliverySection;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a delivery section")
             }
-        };
-        let mut common = toml::Table::new();
-        for key in DESTINATION_KEYS {
-            if let Some(value) = table.remove(key) {
-                common.insert(key.to_owned(), value);
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut section = DeliverySection::default();
+                let mut common = toml::Table::new();
+                while let Some(SectionKey(key)) = map.next_key()? {
+                    if key == "kind" {
+                        section.kind = Some(map.next_value::<KindName>()?.0);
+                    } else if DESTINATION_KEYS.contains(&key.as_str()) {
+                        common.insert(key, map.next_value()?);
+                    } else {
+                        section.table.insert(key, map.next_value()?);
+                    }
+                }
+                section.destination = DestinationSection::deserialize(toml::Value::Table(common))
+                    .map_err(A::Error::custom)?;
+                Ok(section)
             }
         }
-        let destination = DestinationSection::deserialize(toml::Value::Table(common))
-            .map_err(D::Error::custom)?;
-        Ok(DeliverySection {
-            kind,
-            destination,
-            table,
-        })
+        deserializer.deserialize_map(Visitor)
     }
 }
 
