@@ -32,7 +32,7 @@ fn router(settings: DeliverySettings) -> RouterSettings {
 
 #[test]
 fn the_readme_routes_example_resolves_into_a_router() {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../../README.md");
     let block: String = readme
         .split("Several deliveries, chosen by topic")
         .nth(1)
