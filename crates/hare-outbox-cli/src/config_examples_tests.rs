@@ -93,3 +93,28 @@ fn unknown_keys_and_kinds_are_refused_when_the_file_is_read() {
     assert!(e.contains("unknown variant `carrier-pigeon`"), "{e}");
     assert!(e.contains("`taskiq`"), "{e}");
 }
+
+#[test]
+fn a_value_of_the_wrong_type_is_refused_at_its_line() {
+    for (text, line, expected) in [
+        (
+            "[delivery]\nkind = \"mqtt\"\nhost = \"h\"\nport = \"x\"\n",
+            "line 4",
+            "invalid type: string \"x\", expected i64",
+        ),
+        // Keys are read in name order, so `headers` comes before `kind`.
+        (
+            "[delivery]\nkind = \"webhook\"\nurl = \"http://h/\"\nheaders = 3\n",
+            "line 4",
+            "invalid type: integer `3`, expected a map",
+        ),
+        (
+            "[delivery]\nkind = \"redis\"\nurl = \"redis://h/0\"\nbreaker = \"yes\"\n",
+            "line 4",
+            "invalid type: string \"yes\", expected a boolean",
+        ),
+    ] {
+        let e = parse(text).expect_err(text).to_string();
+        assert!(e.contains(line) && e.contains(expected), "{text}\n{e}");
+    }
+}

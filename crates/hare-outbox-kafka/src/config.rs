@@ -98,6 +98,24 @@ pub fn is_secret_property(name: &str) -> bool {
         || lower == "sasl.oauthbearer.config"
 }
 
+/// A value as TOML writes it (`[1, 2]`, `{ a = 1 }`), for an error message.
+fn shown(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(shown).collect();
+            format!("[{}]", items.join(", "))
+        }
+        serde_json::Value::Object(map) => {
+            let items: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", shown(v)))
+                .collect();
+            format!("{{ {} }}", items.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
 impl KafkaDeliveryConfig {
     /// The keys a config may set.
     pub const KEYS: &'static [&'static str] = &[
@@ -138,7 +156,8 @@ impl KafkaDeliveryConfig {
                 serde_json::Value::Bool(b) => b.to_string(),
                 other => {
                     return Err(ConfigError::new(format!(
-                        "properties.{name:?} = {other} is not allowed; use a string, number or boolean"
+                        "properties.{name:?} = {} is not allowed; use a string, number or boolean",
+                        shown(other)
                     )));
                 }
             };

@@ -170,10 +170,13 @@ impl<'de> Deserialize<'de> for DeliverySection {
                 while let Some(SectionKey(key)) = map.next_key()? {
                     if key == "kind" {
                         section.kind = Some(map.next_value::<KindName>()?.0);
-                    } else if DESTINATION_KEYS.contains(&key.as_str()) {
-                        common.insert(key, map.next_value()?);
+                        continue;
+                    }
+                    let value = map.next_value_seed(TypedValue { key: &key })?;
+                    if DESTINATION_KEYS.contains(&key.as_str()) {
+                        common.insert(key, value);
                     } else {
-                        section.table.insert(key, map.next_value()?);
+                        section.table.insert(key, value);
                     }
                 }
                 section.destination = DestinationSection::deserialize(toml::Value::Table(common))
@@ -182,6 +185,32 @@ impl<'de> Deserialize<'de> for DeliverySection {
             }
         }
         deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// The value of `key`, checked against the type the key has in the kinds that take it (the
+/// same in each), so a value of the wrong type is refused where it is written.
+struct TypedValue<'a> {
+    key: &'a str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for TypedValue<'_> {
+    type Value = toml::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<toml::Value, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        let mut one = toml::Table::new();
+        one.insert(self.key.to_owned(), value.clone());
+        let checked = if DESTINATION_KEYS.contains(&self.key) {
+            DestinationSection::deserialize(toml::Value::Table(one)).map(drop)
+        } else if let Some((kind, _)) = KINDS.iter().find(|(_, keys)| keys.contains(&self.key)) {
+            one.insert("kind".to_owned(), toml::Value::String((*kind).to_owned()));
+            BrokerConfig::deserialize(toml::Value::Table(one)).map(drop)
+        } else {
+            Ok(())
+        };
+        checked.map_err(|e| D::Error::custom(e.message()))?;
+        Ok(value)
     }
 }
 
