@@ -237,6 +237,10 @@ pub struct RouteSection {
 
 /// One delivery or a router, resolved: secrets read, every value checked.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per config file, made once at start-up"
+)]
 pub enum DeliverySettings {
     /// One delivery.
     One(BrokerConfig),
