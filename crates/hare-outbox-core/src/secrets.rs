@@ -253,7 +253,7 @@ impl<'a> Secrets<'a> {
         from_file: Option<&Path>,
     ) -> Result<Option<SecretValue>, ConfigError> {
         match (from_env, from_file) {
-            (Some(_), Some(_)) if key != "url" => Err(ConfigError::new(format!(
+            (Some(_), Some(_)) => Err(ConfigError::new(format!(
                 "{key}_env and {key}_file are both set; choose one source for the {key}"
             ))),
             (Some(name), _) => match self.var(name) {

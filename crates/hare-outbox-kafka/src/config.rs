@@ -275,3 +275,48 @@ impl DeliveryConfig for KafkaDeliveryConfig {
         Ok(Arc::new(self.build()?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_properties_come_only_from_the_environment() {
+        let config: KafkaDeliveryConfig = toml::from_str(
+            "bootstrap_servers = \"h:9092\"\nproperties = { \"sasl.password\" = \"x\" }",
+        )
+        .expect("valid TOML");
+        let e = config.build().expect_err("a secret in the file");
+        assert!(e.message().contains("properties_env"), "{e}");
+        assert!(!e.message().contains("\"x\""), "{e}");
+        let env = |name: &str| (name == "KP").then(|| "kafka-pw".to_owned());
+        let mut config: KafkaDeliveryConfig = toml::from_str(
+            "bootstrap_servers = \"h:9092\"\nproperties = { \"linger.ms\" = 5, \"a.b\" = [1, 2] }",
+        )
+        .expect("valid TOML");
+        let e = config
+            .resolve(&Secrets::new(&env, "."))
+            .expect_err("an array value");
+        assert_eq!(
+            e.message(),
+            "properties.\"a.b\" = [1, 2] is not allowed; use a string, number or boolean"
+        );
+        let mut config: KafkaDeliveryConfig = toml::from_str(
+            "bootstrap_servers = \"h:9092\"\nproperties = { \"linger.ms\" = 5 }\nproperties_env = { \"sasl.password\" = \"KP\" }",
+        )
+        .expect("valid TOML");
+        config
+            .resolve(&Secrets::new(&env, "."))
+            .expect("the variable is set");
+        assert_eq!(
+            config.resolved_properties(),
+            Some(
+                &[
+                    ("linger.ms".to_owned(), "5".to_owned()),
+                    ("sasl.password".to_owned(), "kafka-pw".to_owned())
+                ][..]
+            )
+        );
+        assert!(!format!("{config:?}").contains("kafka-pw"));
+    }
+}

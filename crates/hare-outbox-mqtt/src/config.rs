@@ -290,3 +290,44 @@ impl DeliveryConfig for MqttDeliveryConfig {
         Ok(Arc::new(self.build()?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> MqttDeliveryConfig {
+        toml::from_str(text).expect("valid TOML of the config")
+    }
+
+    #[test]
+    fn the_broker_is_a_url_or_a_host_not_both() {
+        let e = config("url = \"mqtt://h:1883?client_id=a\"\nport = 1884")
+            .build()
+            .expect_err("port with url");
+        assert!(e.message().starts_with("port goes with host"), "{e}");
+        let e = config("host = \"h\"\nport = 70000")
+            .build()
+            .expect_err("port");
+        assert_eq!(e.message(), "port = 70000 is not allowed; use 1 to 65535");
+        let env = |name: &str| (name == "P").then(|| "mqtt-pw".to_owned());
+        let mut with_password = config("host = \"h\"\nusername = \"u\"\npassword_env = \"P\"");
+        with_password
+            .resolve(&Secrets::new(&env, "."))
+            .expect("the variable is set");
+        assert!(
+            with_password
+                .describe()
+                .starts_with("mqtt h:1883 client hare-outbox-"),
+            "{}",
+            with_password.describe()
+        );
+        assert!(!format!("{with_password:?}").contains("mqtt-pw"));
+        let mut overridden = config("host = \"h\"\nport = 1884");
+        let warnings = overridden
+            .use_url_from_env("MQTT_URL", "mqtt://other:1883?client_id=x")
+            .expect("one URL source");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(overridden.url_env.as_deref(), Some("MQTT_URL"));
+        assert_eq!(overridden.port, None);
+    }
+}

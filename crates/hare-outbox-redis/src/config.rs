@@ -167,3 +167,44 @@ impl DeliveryConfig for RedisDeliveryConfig {
         Ok(Arc::new(self.build()?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> RedisDeliveryConfig {
+        toml::from_str(text).expect("valid TOML of the config")
+    }
+
+    #[test]
+    fn values_are_checked_naming_the_key() {
+        let e = config("url = \"redis://127.0.0.1:6379/0\"\nmax_length = 0")
+            .build()
+            .expect_err("max_length 0");
+        assert_eq!(
+            e.message(),
+            "max_length = 0 is not allowed; use 1 or more, or leave it out for no trimming"
+        );
+        let e = config("stream = \"s\"").build().expect_err("no url");
+        assert!(e.is_missing_endpoint(), "{e}");
+        let e = toml::from_str::<RedisDeliveryConfig>("url = \"redis://h/0\"\nstreem = \"s\"")
+            .expect_err("unknown key");
+        assert!(e.to_string().contains("unknown field `streem`"), "{e}");
+    }
+
+    #[test]
+    fn the_url_comes_from_the_environment_and_is_never_shown() {
+        let env = |name: &str| (name == "R").then(|| "redis://:pw@127.0.0.1:6379/2".to_owned());
+        let mut config = config("url_env = \"R\"\nstream = \"audit\"");
+        config
+            .resolve(&Secrets::new(&env, "."))
+            .expect("the variable is set");
+        let described = config.describe();
+        assert_eq!(
+            described,
+            "redis redis://:***@127.0.0.1:6379/2 (from $R) stream audit"
+        );
+        assert!(!format!("{config:?}").contains("pw"));
+        config.build().expect("built from the resolved URL");
+    }
+}
