@@ -581,6 +581,7 @@ pub fn relay_config(section: &RelaySection) -> anyhow::Result<RelayConfig> {
 mod tests {
     use super::*;
     use crate::delivery::{ENV_WEBHOOK_SECRET, ENV_WEBHOOK_URL};
+    use hare_outbox::delivery::DeliveryConfig as _;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -626,11 +627,16 @@ mod tests {
         assert_eq!(settings.relay.poll_interval, Duration::from_secs(1));
         assert_eq!(settings.relay.batch_size, 100);
         assert_eq!(settings.relay.exclude_topics, vec!["debug.*".to_owned()]);
-        let DeliverySettings::Webhook(webhook) = settings.delivery else {
+        let DeliverySettings::One(crate::delivery::BrokerConfig::Webhook(webhook)) =
+            settings.delivery
+        else {
             panic!("the example uses a webhook");
         };
-        assert_eq!(webhook.secret.as_deref(), Some(&b"s3cret"[..]));
-        assert!(webhook.url.starts_with("http"));
+        assert_eq!(
+            webhook.resolved_secret().map(|s| s.bytes.as_slice()),
+            Some(&b"s3cret"[..])
+        );
+        assert!(webhook.resolved_url().unwrap().value.starts_with("http"));
         assert_eq!(
             settings.wakeup,
             WakeupSettings::ListenNotify {
@@ -816,14 +822,20 @@ mod tests {
         assert!(block.contains("[delivery]"), "{block}");
         let env = |name: &str| (name == ENV_WEBHOOK_SECRET).then(|| "x".to_owned());
         let settings = resolve_text(&block, &env).unwrap();
-        assert!(matches!(settings.delivery, DeliverySettings::Webhook(_)));
+        assert!(matches!(
+            settings.delivery,
+            DeliverySettings::One(crate::delivery::BrokerConfig::Webhook(_))
+        ));
     }
 
     #[test]
     fn an_empty_file_means_defaults_and_stdout() {
         let s = resolve_text("", &no_env).unwrap();
         assert!(s.database.is_none());
-        assert!(matches!(s.delivery, DeliverySettings::Stdout));
+        assert!(matches!(
+            s.delivery,
+            DeliverySettings::One(crate::delivery::BrokerConfig::Stdout)
+        ));
         assert_eq!(s.table, OutboxTable::default());
         assert_eq!(s.relay.batch_size, 100);
         assert!(s.database().is_err());
@@ -854,15 +866,18 @@ mod tests {
             &env,
         )
         .unwrap();
-        let DeliverySettings::Webhook(w) = s.delivery else {
+        let DeliverySettings::One(crate::delivery::BrokerConfig::Webhook(w)) = s.delivery else {
             panic!()
         };
-        assert_eq!(w.url, "http://127.0.0.1:9/hook");
-        assert!(w.secret.is_none());
+        assert_eq!(w.resolved_url().unwrap().value, "http://127.0.0.1:9/hook");
+        assert!(w.resolved_secret().is_none());
         assert_eq!(s.warnings.len(), 1, "unsigned webhooks are worth a warning");
         // With no [delivery] section at all, the variable alone picks a webhook.
         let s = resolve_text("", &env).unwrap();
-        assert!(matches!(s.delivery, DeliverySettings::Webhook(_)));
+        assert!(matches!(
+            s.delivery,
+            DeliverySettings::One(crate::delivery::BrokerConfig::Webhook(_))
+        ));
     }
 
     #[test]
@@ -870,10 +885,13 @@ mod tests {
         let text = "[delivery]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\nsecret_env = \"MY_SECRET\"";
         let env = |name: &str| (name == "MY_SECRET").then(|| "abc".to_owned());
         let s = resolve_text(text, &env).unwrap();
-        let DeliverySettings::Webhook(w) = s.delivery else {
+        let DeliverySettings::One(crate::delivery::BrokerConfig::Webhook(w)) = s.delivery else {
             panic!()
         };
-        assert_eq!(w.secret.as_deref(), Some(&b"abc"[..]));
+        assert_eq!(
+            w.resolved_secret().map(|s| s.bytes.as_slice()),
+            Some(&b"abc"[..])
+        );
         assert!(
             !format!("{w:?}").contains("abc"),
             "Debug must not show the secret"
@@ -895,10 +913,13 @@ mod tests {
             &no_env,
         )
         .unwrap();
-        let DeliverySettings::Webhook(w) = s.delivery else {
+        let DeliverySettings::One(crate::delivery::BrokerConfig::Webhook(w)) = s.delivery else {
             panic!()
         };
-        assert_eq!(w.secret.as_deref(), Some(&b"from-file"[..]));
+        assert_eq!(
+            w.resolved_secret().map(|s| s.bytes.as_slice()),
+            Some(&b"from-file"[..])
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -56,8 +56,8 @@ pub const EXIT_DRIFT: u8 = 3;
 /// Exit code of `backlog` when a threshold is passed.
 pub const EXIT_THRESHOLD: u8 = 4;
 
-/// The exit code for `error`: [`EXIT_USAGE`] when anything in its chain is a [`UsageError`] or a
-/// configuration or validation error of the library, [`EXIT_DRIFT`] for [`DriftFound`],
+/// The exit code for `error`: [`EXIT_USAGE`] when anything in its chain is a [`UsageError`], a
+/// broker config's [`ConfigError`](hare_outbox::secrets::ConfigError), or a configuration or validation error of the library, [`EXIT_DRIFT`] for [`DriftFound`],
 /// [`EXIT_THRESHOLD`] for [`ThresholdPassed`], else [`EXIT_RUNTIME`].
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
@@ -67,7 +67,7 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         if cause.is::<DriftFound>() {
             return EXIT_DRIFT;
         }
-        if cause.is::<UsageError>() {
+        if cause.is::<UsageError>() || cause.is::<hare_outbox::secrets::ConfigError>() {
             return EXIT_USAGE;
         }
         if let Some(hare_outbox::Error::Configuration(_) | hare_outbox::Error::Validation { .. }) =

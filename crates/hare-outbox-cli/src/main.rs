@@ -18,6 +18,8 @@ mod commands;
 mod capture;
 mod cli;
 mod config;
+#[cfg(test)]
+mod config_examples_tests;
 mod delivery;
 mod demo;
 mod error;

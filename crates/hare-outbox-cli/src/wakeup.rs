@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hare_outbox::Wakeup;
+use hare_outbox::secrets::{SecretUrl, Secrets, check_one_url};
 use serde::Deserialize;
 
 use crate::config::{DbKind, non_empty};
-use crate::delivery::{SecretUrl, secret_url};
 use crate::error::usage;
 
 /// Overrides the URL of a broker wake-up (the bootstrap servers for `kafka`).
@@ -457,6 +457,29 @@ pub fn resolve(
         settings.build_broker()?;
     }
     Ok(settings)
+}
+
+/// A URL from the file (no password allowed), an environment variable or a file, or the
+/// override from the environment, which beats them all.
+///
+/// # Errors
+/// A usage error when more than one source is set, the variable is unset, the file unreadable or
+/// empty, or a URL written in the file carries a password.
+pub fn secret_url(
+    url: Option<&str>,
+    url_env: Option<&str>,
+    url_file: Option<&Path>,
+    url_override: Option<(String, &'static str)>,
+    base_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<SecretUrl>> {
+    check_one_url(url, url_env, url_file).map_err(|e| usage(e.to_string()))?;
+    if let Some((value, name)) = url_override {
+        return Ok(Some(SecretUrl::new(value, format!("${name}"))));
+    }
+    Secrets::new(env, base_dir)
+        .url(url, url_env, url_file)
+        .map_err(|e| usage(e.to_string()))
 }
 
 #[cfg(test)]

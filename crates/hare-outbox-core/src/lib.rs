@@ -16,6 +16,7 @@ pub mod migration;
 pub mod outbox;
 pub mod redact;
 pub mod relay;
+pub mod secrets;
 pub mod table;
 pub mod topic;
 pub mod wakeup;
@@ -24,8 +25,8 @@ pub use backend::params::{Backlog, FinishedState};
 pub use backend::{Backend, Capabilities, CaptureBackend, InboxBackend, JournalBackend};
 pub use capture::{CaptureContext, CaptureStatus, ChangeCapture, ChangePayload, RowOperation};
 pub use delivery::{
-    Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery, JsonLinesDelivery,
-    TopicRouter,
+    BatchDelivery, Delivery, DeliveryReport, Destination, DestinationSpec, FnDelivery,
+    JsonLinesDelivery, TopicRouter,
 };
 pub use error::{BoxError, DeliveryError, DeliveryErrorKind, Error, Result};
 pub use event::{

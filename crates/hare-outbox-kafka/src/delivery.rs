@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
+use hare_outbox_core::{
+    BatchDelivery, Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result,
+};
 use rdkafka::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -109,12 +111,7 @@ impl KafkaDelivery {
     /// `host:port` or librdkafka refuses the settings.
     pub fn new(bootstrap_servers: &str) -> Result<Self> {
         check_bootstrap("kafka delivery", bootstrap_servers)?;
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", bootstrap_servers.trim())
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("partitioner", "murmur2_random");
+        let mut config = producer_defaults(bootstrap_servers);
         let producer = create_producer(&mut config, DEFAULT_TIMEOUT)?;
         Ok(KafkaDelivery {
             producer: Slot::shared(producer),
@@ -401,6 +398,19 @@ fn breaks_the_producer(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// The producer settings of [`KafkaDelivery::new`] (and of
+/// [`KafkaDeliveryConfig`](crate::KafkaDeliveryConfig), whose properties come after them):
+/// `bootstrap.servers`, `acks=all`, `enable.idempotence=true`, `partitioner=murmur2_random`.
+pub(crate) fn producer_defaults(bootstrap_servers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap_servers.trim())
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random");
+    config
+}
+
 /// Sets the timeouts on `config` and makes the producer.
 fn create_producer(config: &mut ClientConfig, timeout: Duration) -> Result<FutureProducer> {
     let ms = millis("kafka delivery timeout", timeout)?;
@@ -416,15 +426,28 @@ fn create_producer(config: &mut ClientConfig, timeout: Duration) -> Result<Futur
     })
 }
 
+/// The whole batch at once, behind the shared batching adaptor.
+#[async_trait]
+impl BatchDelivery for KafkaDelivery {
+    fn batch_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn send_batch(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        self.send(events, timeout).await
+    }
+}
+
 #[async_trait]
 impl Delivery for KafkaDelivery {
     /// Produces one event and waits for its acknowledgement, within the timeout
     /// ([`DEFAULT_TIMEOUT`] unless set).
     async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
-        self.send(std::slice::from_ref(event), self.timeout)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(DeliveryError::new("no result for the event")))
+        self.deliver_one(event).await
     }
 
     /// Hands the whole batch to the producer, then waits for every acknowledgement, within the
@@ -436,10 +459,7 @@ impl Delivery for KafkaDelivery {
         _concurrency: usize,
         timeout: Duration,
     ) -> Vec<Result<(), DeliveryError>> {
-        if events.is_empty() {
-            return Vec::new();
-        }
-        self.send(events, timeout.min(self.timeout)).await
+        self.deliver_all(events, timeout).await
     }
 
     /// `true`: a key's run goes out in batch order to one partition (the key's murmur2

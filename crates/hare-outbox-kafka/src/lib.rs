@@ -28,9 +28,11 @@
 //! # }
 //! ```
 
+mod config;
 mod delivery;
 mod wakeup;
 
+pub use config::{KafkaDeliveryConfig, is_secret_property};
 pub use delivery::{DEFAULT_TIMEOUT, KafkaDelivery, error_kind};
 pub use wakeup::{DEFAULT_TOPIC, KafkaWakeup, SIGNAL_RETENTION};
 

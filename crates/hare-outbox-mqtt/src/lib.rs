@@ -33,9 +33,11 @@
 //! # }
 //! ```
 
+mod config;
 mod connection;
 mod delivery;
 
+pub use config::MqttDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, MqttDelivery, mqtt_topic};
 
 /// Re-exported so callers can build [`rumqttc::MqttOptions`] for

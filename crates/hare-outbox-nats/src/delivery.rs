@@ -7,7 +7,9 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::ContextBuilder};
 use async_nats::{HeaderMap, HeaderName, HeaderValue, ServerAddr};
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
+use hare_outbox_core::{
+    BatchDelivery, Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result,
+};
 use tokio::time::Instant;
 
 use crate::{describe_servers, parse_servers, publish_subject_problem};
@@ -457,15 +459,28 @@ fn subject_filter_problem(subject: &str) -> Option<String> {
     None
 }
 
+/// The whole batch at once, behind the shared batching adaptor.
+#[async_trait]
+impl BatchDelivery for NatsDelivery {
+    fn batch_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn send_batch(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        self.send(events, timeout).await
+    }
+}
+
 #[async_trait]
 impl Delivery for NatsDelivery {
     /// Publishes one event and waits for its acknowledgement, within the timeout
     /// ([`DEFAULT_TIMEOUT`] unless set).
     async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
-        self.send(std::slice::from_ref(event), self.timeout)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(DeliveryError::new("no result for the event")))
+        self.deliver_one(event).await
     }
 
     /// Publishes the batch, then waits for the acknowledgements, all within the shorter of
@@ -477,10 +492,7 @@ impl Delivery for NatsDelivery {
         _concurrency: usize,
         timeout: Duration,
     ) -> Vec<Result<(), DeliveryError>> {
-        if events.is_empty() {
-            return Vec::new();
-        }
-        self.send(events, timeout.min(self.timeout)).await
+        self.deliver_all(events, timeout).await
     }
 
     /// `true`: a batch is published in order on one connection, and the server appends a

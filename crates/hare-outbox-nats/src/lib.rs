@@ -28,9 +28,11 @@
 //! # }
 //! ```
 
+mod config;
 mod delivery;
 mod wakeup;
 
+pub use config::NatsDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, NatsDelivery, ORDERING_KEY_HEADER};
 pub use wakeup::{DEFAULT_SUBJECT, NatsWakeup};
 

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
+use hare_outbox_core::{
+    BatchDelivery, Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result,
+};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
@@ -433,15 +435,28 @@ async fn open_channel(connection: &Connection) -> lapin::Result<Channel> {
     Ok(channel)
 }
 
+/// The whole batch at once, behind the shared batching adaptor.
+#[async_trait]
+impl BatchDelivery for RabbitMqDelivery {
+    fn batch_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn send_batch(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        self.send(events, timeout).await
+    }
+}
+
 #[async_trait]
 impl Delivery for RabbitMqDelivery {
     /// Publishes one event and waits for its confirm, within the timeout ([`DEFAULT_TIMEOUT`]
     /// unless set).
     async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
-        self.send(std::slice::from_ref(event), self.timeout)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(DeliveryError::new("no result for the event")))
+        self.deliver_one(event).await
     }
 
     /// Publishes the whole batch on one channel, then waits for the confirms, all within the
@@ -453,10 +468,7 @@ impl Delivery for RabbitMqDelivery {
         _concurrency: usize,
         timeout: Duration,
     ) -> Vec<Result<(), DeliveryError>> {
-        if events.is_empty() {
-            return Vec::new();
-        }
-        self.send(events, timeout.min(self.timeout)).await
+        self.deliver_all(events, timeout).await
     }
 
     /// `true`: a batch is published in order on one channel, and a queue keeps the order of the

@@ -28,9 +28,11 @@
 //! # }
 //! ```
 
+mod config;
 mod delivery;
 mod wakeup;
 
+pub use config::RabbitMqDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, ORDERING_KEY_HEADER, RabbitMqDelivery};
 pub use wakeup::{DEFAULT_EXCHANGE, RabbitMqWakeup};
 

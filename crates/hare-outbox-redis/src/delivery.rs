@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hare_outbox_core::{Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result};
+use hare_outbox_core::{
+    BatchDelivery, Delivery, DeliveryError, DeliveryErrorKind, Error, OutboxEvent, Result,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Map, Value};
 
@@ -280,14 +282,27 @@ impl RedisStreamsDelivery {
     }
 }
 
+/// The whole batch at once, behind the shared batching adaptor.
+#[async_trait]
+impl BatchDelivery for RedisStreamsDelivery {
+    fn batch_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn send_batch(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        self.send(events, timeout).await
+    }
+}
+
 #[async_trait]
 impl Delivery for RedisStreamsDelivery {
     /// Appends one event with one `XADD`, within the timeout ([`DEFAULT_TIMEOUT`] unless set).
     async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
-        self.send(std::slice::from_ref(event), self.timeout)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(DeliveryError::new("no reply for the event")))
+        self.deliver_one(event).await
     }
 
     /// Appends the whole batch in one pipeline and returns one result per event, in order; the
@@ -299,10 +314,7 @@ impl Delivery for RedisStreamsDelivery {
         _concurrency: usize,
         timeout: Duration,
     ) -> Vec<Result<(), DeliveryError>> {
-        if events.is_empty() {
-            return Vec::new();
-        }
-        self.send(events, timeout.min(self.timeout)).await
+        self.deliver_all(events, timeout).await
     }
 
     /// `true`: a batch is one pipeline of `XADD`s on one connection, which Redis runs in order.

@@ -29,9 +29,11 @@
 //! # }
 //! ```
 
+mod config;
 mod delivery;
 mod wakeup;
 
+pub use config::RedisDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, RedisStreamsDelivery, error_kind};
 pub use wakeup::{DEFAULT_CHANNEL, RedisWakeup};
 

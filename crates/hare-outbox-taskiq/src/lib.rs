@@ -67,6 +67,10 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
+
+pub use config::TaskiqDeliveryConfig;
+
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 

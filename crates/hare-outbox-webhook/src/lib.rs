@@ -73,6 +73,10 @@
 //! assert!(!verify_signature(b"secret", br#"{"order":43}"#, &header));
 //! ```
 
+mod config;
+
+pub use config::WebhookDeliveryConfig;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

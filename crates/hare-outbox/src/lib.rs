@@ -65,9 +65,9 @@
 
 // The user API, item by item (the backend seam is in `backend`, not here).
 pub use hare_outbox_core::{
-    Backlog, BreakerConfig, BreakerState, CONCURRENCY_RANGE, CancellationToken, CaptureContext,
-    CaptureStatus, ChangeCapture, ChangePayload, CleanupOutcome, ColumnType, Delivery,
-    DeliveryError, DeliveryErrorKind, DeliveryReport, Destination, DestinationSpec,
+    Backlog, BatchDelivery, BreakerConfig, BreakerState, CONCURRENCY_RANGE, CancellationToken,
+    CaptureContext, CaptureStatus, ChangeCapture, ChangePayload, CleanupOutcome, ColumnType,
+    Delivery, DeliveryError, DeliveryErrorKind, DeliveryReport, Destination, DestinationSpec,
     DestinationStatus, Destinations, EVENT_ID_HEADER, Error, EventPage, EventQuery, EventStatus,
     ExtraColumn, ExtraValue, FinishedState, FnDelivery, IdempotencyScope, InProcessWakeup, Inbox,
     Journal, JsonLinesDelivery, MAX_KEY_CHARS, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
@@ -78,7 +78,7 @@ pub use hare_outbox_core::{
 };
 pub use hare_outbox_core::{
     BoxError, capture, delivery, error, event, extra, inbox, journal, json, message, migration,
-    redact, relay, table, topic, wakeup,
+    redact, relay, secrets, table, topic, wakeup,
 };
 
 /// The seam between the core and the database backends: the [`backend::Backend`] trait and its

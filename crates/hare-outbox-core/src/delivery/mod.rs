@@ -9,11 +9,13 @@ use crate::error::DeliveryError;
 use crate::event::OutboxEvent;
 use crate::topic::TopicFilter;
 
+mod config;
 mod destination;
 mod func;
 mod jsonl;
 mod router;
 
+pub use config::DeliveryConfig;
 pub use destination::{Destination, DestinationSpec};
 pub use func::FnDelivery;
 pub use jsonl::{JsonLinesDelivery, json_line};
@@ -418,6 +420,97 @@ pub(crate) fn key_runs(events: &[OutboxEvent]) -> Vec<Vec<usize>> {
 impl std::fmt::Debug for dyn Delivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("dyn Delivery")
+    }
+}
+
+/// The shared adaptor of deliveries that send a whole batch in one go (one pipeline, one
+/// channel, one producer flush): such a delivery implements [`BatchDelivery::send_batch`] and
+/// its [`Delivery::deliver`] and [`Delivery::deliver_batch`] call
+/// [`BatchDelivery::deliver_one`] and [`BatchDelivery::deliver_all`].
+///
+/// `concurrency` does not apply to such a batch: every event of it is in flight at once, and
+/// the batch must finish within the shorter of the relay's timeout and the delivery's own
+/// ([`BatchDelivery::batch_timeout`]).
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use async_trait::async_trait;
+/// use hare_outbox_core::delivery::BatchDelivery;
+/// use hare_outbox_core::{Delivery, DeliveryError, OutboxEvent};
+///
+/// struct Counting;
+///
+/// #[async_trait]
+/// impl BatchDelivery for Counting {
+///     fn batch_timeout(&self) -> Duration {
+///         Duration::from_secs(5)
+///     }
+///
+///     async fn send_batch(
+///         &self,
+///         events: &[OutboxEvent],
+///         _timeout: Duration,
+///     ) -> Vec<Result<(), DeliveryError>> {
+///         events.iter().map(|_| Ok(())).collect()
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl Delivery for Counting {
+///     async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
+///         self.deliver_one(event).await
+///     }
+///
+///     async fn deliver_batch(
+///         &self,
+///         events: &[OutboxEvent],
+///         _concurrency: usize,
+///         timeout: Duration,
+///     ) -> Vec<Result<(), DeliveryError>> {
+///         self.deliver_all(events, timeout).await
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait BatchDelivery: Send + Sync + 'static {
+    /// The delivery's own timeout of one batch (its `with_timeout`).
+    fn batch_timeout(&self) -> Duration;
+
+    /// Sends `events` at once and waits for each acknowledgement within `timeout`; one result
+    /// per event, in the order of `events`. Called with at least one event.
+    async fn send_batch(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>>;
+
+    /// [`Delivery::deliver`] for a batching delivery: a batch of one within
+    /// [`BatchDelivery::batch_timeout`].
+    ///
+    /// # Errors
+    /// The event's [`DeliveryError`], or one saying that no result came for it.
+    async fn deliver_one(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
+        self.send_batch(std::slice::from_ref(event), self.batch_timeout())
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(DeliveryError::new("no result for the event")))
+    }
+
+    /// [`Delivery::deliver_batch`] for a batching delivery: nothing for no events, else the
+    /// whole batch within the shorter of `timeout` and [`BatchDelivery::batch_timeout`].
+    async fn deliver_all(
+        &self,
+        events: &[OutboxEvent],
+        timeout: Duration,
+    ) -> Vec<Result<(), DeliveryError>> {
+        if events.is_empty() {
+            return Vec::new();
+        }
+        self.send_batch(events, timeout.min(self.batch_timeout()))
+            .await
     }
 }
 
