@@ -806,6 +806,10 @@ impl CaptureBackend for PgBackend {
     ) -> Result<()> {
         capture::context_set(self.db(), conn, params).await
     }
+
+    fn in_transaction(&self, conn: &PgConnection) -> bool {
+        sqlx::Connection::is_in_transaction(conn)
+    }
 }
 
 #[async_trait]

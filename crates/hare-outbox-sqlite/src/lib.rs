@@ -873,6 +873,10 @@ impl CaptureBackend for SqliteBackend {
     ) -> Result<()> {
         capture::context_set(conn, table, params).await
     }
+
+    fn in_transaction(&self, conn: &SqliteConnection) -> bool {
+        sqlx::Connection::is_in_transaction(conn)
+    }
 }
 
 #[async_trait]

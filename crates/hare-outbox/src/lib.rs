@@ -20,16 +20,15 @@
 //! let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
 //! outbox.migrate().await?;
 //!
-//! // The event commits (or rolls back) with the business write.
-//! let mut tx = pool.begin().await?;
+//! // The event commits (or rolls back) with the business write. `wrap` keeps your sqlx
+//! // transaction and adds one thing: after COMMIT it wakes the relays (never after a rollback).
+//! let mut tx = outbox.wrap(pool.begin().await?);
 //! sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)").execute(&mut *tx).await?;
 //! sqlx::query("INSERT INTO orders VALUES (22, 'confirmed')").execute(&mut *tx).await?;
-//! outbox
-//!     .enqueue(
-//!         &mut *tx,
-//!         OutboxMessage::new("sales.order.confirmed", json!({"id": 22})).ordering_key("sales_order:22"),
-//!     )
-//!     .await?;
+//! tx.enqueue(
+//!     OutboxMessage::new("sales.order.confirmed", json!({"id": 22})).ordering_key("sales_order:22"),
+//! )
+//! .await?;
 //! tx.commit().await?;
 //!
 //! // A relay delivers it: here to a Rust function.

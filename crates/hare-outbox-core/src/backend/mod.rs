@@ -310,6 +310,10 @@ pub trait CaptureBackend: Backend {
         table: &OutboxTable,
         params: &ContextSetParams,
     ) -> Result<()>;
+
+    /// Whether `conn` is inside a transaction its driver began (sqlx's `begin`), so a context
+    /// set on it lasts until that transaction ends.
+    fn in_transaction(&self, conn: &Self::Conn) -> bool;
 }
 
 /// The consumer-side inbox table: which events a consumer has processed.

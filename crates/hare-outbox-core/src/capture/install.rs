@@ -82,8 +82,7 @@ impl<B: CaptureBackend> Outbox<B> {
     ///
     /// Scope, per backend:
     /// - PostgreSQL: a transaction-local setting (`set_config('hare_outbox.headers', …, true)`):
-    ///   gone at COMMIT or ROLLBACK, undone by ROLLBACK TO SAVEPOINT. Outside a transaction
-    ///   block it lasts only for this call, so call it inside one.
+    ///   gone at COMMIT or ROLLBACK, undone by ROLLBACK TO SAVEPOINT.
     /// - SQLite: a row of the `hare_outbox_context` table next to the outbox table, valid only
     ///   while SQLite's `defer_foreign_keys` flag is on, which this call sets and SQLite itself
     ///   switches off at COMMIT and ROLLBACK — so the context ends with the transaction. The
@@ -92,9 +91,15 @@ impl<B: CaptureBackend> Outbox<B> {
     ///   setting a context, would see a context left by an earlier transaction that did not
     ///   clear it; [`clear_context`](Self::clear_context) before COMMIT rules that out.
     ///
+    /// Call it inside a transaction (`&mut *tx` of a sqlx transaction or an
+    /// [`OutboxTransaction`](crate::OutboxTransaction)): outside one the context would end with
+    /// this very call and no captured event would carry it, so that is refused.
+    ///
     /// # Errors
     /// - [`Error::Validation`] on field `headers` when `headers` is not a JSON object or has an
     ///   empty name; nothing is stored.
+    /// - [`Error::Validation`] on field `conn` when `conn` is not inside a transaction begun by
+    ///   sqlx (`pool.begin()`, `conn.begin()`, [`Outbox::begin`](crate::Outbox::begin)).
     /// - [`Error::Unsupported`] on a backend without capture; [`Error::Database`] otherwise.
     pub async fn set_context(&self, conn: &mut B::Conn, headers: Value) -> Result<()> {
         let Value::Object(headers) = headers else {
@@ -107,6 +112,13 @@ impl<B: CaptureBackend> Outbox<B> {
             return Err(Error::validation(
                 "headers",
                 "a header name is empty; names must be non-empty text",
+            ));
+        }
+        if !self.backend().in_transaction(conn) {
+            return Err(Error::validation(
+                "conn",
+                "set_context needs a transaction: outside one the context ends with this call, \
+                 so no captured event would carry it; call it on `&mut *tx` of a begun transaction",
             ));
         }
         self.backend()
