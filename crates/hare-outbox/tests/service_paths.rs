@@ -137,3 +137,12 @@ async fn a_cloned_relay_runs_in_a_task_of_its_own_and_shares_its_counters() {
     task.await.unwrap().unwrap();
     assert_eq!(*delivered.lock().unwrap(), ["orders.created"]);
 }
+
+#[tokio::test]
+async fn a_bad_inbox_table_name_is_called_an_inbox_table() {
+    let (db, _outbox, _wakeup) = setup().await;
+    let error = hare_outbox::Inbox::new(SqliteBackend::new(db.pool.clone()), "a.b.c").unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("inbox table"), "{message}");
+    assert!(!message.contains("outbox table"), "{message}");
+}
