@@ -2,6 +2,8 @@
 //! [`Delivery`] seams and the relay policy. It writes no SQL and names no broker; use it through
 //! the `hare-outbox` facade crate.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backend;
 pub mod capture;
 pub mod delivery;
@@ -17,6 +19,9 @@ pub mod outbox;
 pub mod redact;
 pub mod relay;
 pub mod table;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 pub mod topic;
 pub mod wakeup;
 

@@ -59,6 +59,12 @@
 //! | `mqtt` | [`mqtt::MqttDelivery`]: QoS 1, topic dots mapped to slashes |
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 //! | `taskiq` | [`taskiq::TaskiqDelivery`]: task events executed by Python taskiq workers (Redis list broker; RabbitMQ too with `rabbitmq`) |
+//! | `testing` | [`testing`]: `Outbox::enqueued` / `assert_enqueued`, [`testing::RecordingDelivery`], `OutboxRelay::drain_for_test` |
+//! | `dashboard` | [`dashboard::Dashboard`]: the journal in a browser, a JSON API, `/metrics` and `/healthz`, as an axum `Router` to mount in your app |
+//! | `tls-rustls-aws-lc-rs`, `tls-rustls-ring` | TLS for PostgreSQL connections through rustls, as sqlx names these features. None by default, as in sqlx; for another backend (`tls-native-tls`, native roots) enable it on your own `sqlx` dependency, which does the same |
+//!
+//! Nothing here turns on a sqlx TLS backend or sqlx's `migrate` (the outbox runs its own
+//! migrations): your `sqlx` dependency decides.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -145,6 +151,55 @@ pub mod kafka {
 #[cfg_attr(docsrs, doc(cfg(feature = "taskiq")))]
 pub mod taskiq {
     pub use hare_outbox_taskiq::*;
+}
+
+/// Helpers for the tests of a service: what a handler enqueued, a delivery that records, a
+/// relay drained in one call.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use hare_outbox::sqlite::SqliteBackend;
+/// use hare_outbox::testing::RecordingDelivery;
+/// use hare_outbox::{Outbox, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig};
+/// use serde_json::json;
+///
+/// let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await?;
+/// let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
+/// outbox.migrate().await?;
+///
+/// // The handler under test enqueues in its transaction …
+/// let mut tx = outbox.wrap(pool.begin().await?);
+/// tx.enqueue(OutboxMessage::new("orders.created", json!({"id": 7}))).await?;
+///
+/// // … and the test sees the event before the commit, on the same connection.
+/// let event = outbox.assert_enqueued(&mut tx, "orders.created").await;
+/// assert_eq!(event.payload, json!({"id": 7}));
+/// assert_eq!(outbox.enqueued(&mut tx).await?.len(), 1);
+/// tx.commit().await?;
+///
+/// // One call delivers everything due to a delivery that records what it got.
+/// let delivery = RecordingDelivery::new();
+/// let relay = OutboxRelay::new(outbox.clone(), delivery.clone(), RelayConfig::default())?;
+/// assert_eq!(relay.drain_for_test().await?.delivered, 1);
+/// assert_eq!(delivery.topics(), ["orders.created"]);
+/// assert!(outbox.enqueued(&mut *pool.acquire().await?).await?.is_empty());
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sqlite"))]
+/// # fn main() {}
+/// ```
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing {
+    pub use hare_outbox_core::testing::*;
+}
+
+/// The dashboard: the outbox as the journal of the system, as an axum `Router`.
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub mod dashboard {
+    pub use hare_outbox_dashboard::*;
 }
 
 /// The HTTP webhook delivery.

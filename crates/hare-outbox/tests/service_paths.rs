@@ -146,3 +146,15 @@ async fn a_bad_inbox_table_name_is_called_an_inbox_table() {
     assert!(message.contains("inbox table"), "{message}");
     assert!(!message.contains("outbox table"), "{message}");
 }
+
+#[cfg(feature = "testing")]
+#[tokio::test]
+#[should_panic(expected = "no event of topic \"orders.paid\" was enqueued")]
+async fn assert_enqueued_names_the_topics_it_saw_when_the_topic_is_missing() {
+    let (db, outbox, _wakeup) = setup().await;
+    let mut tx = outbox.wrap(db.pool.begin().await.unwrap());
+    tx.enqueue(OutboxMessage::new("orders.created", json!({"id": 1})))
+        .await
+        .unwrap();
+    outbox.assert_enqueued(&mut tx, "orders.paid").await;
+}
