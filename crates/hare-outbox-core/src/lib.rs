@@ -16,6 +16,7 @@ pub mod json;
 pub mod message;
 pub mod migration;
 pub mod outbox;
+pub mod received;
 pub mod redact;
 pub mod relay;
 pub mod table;
@@ -42,6 +43,7 @@ pub use journal::{CleanupOutcome, EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
 pub use migration::{MigrationStatus, MigrationStream};
 pub use outbox::{Outbox, OutboxTransaction};
+pub use received::ReceivedEvent;
 pub use relay::{
     BreakerConfig, BreakerState, CONCURRENCY_RANGE, DestinationStatus, Destinations,
     MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay, PollOutcome, RelayConfig,

@@ -77,13 +77,13 @@ pub use hare_outbox_core::{
     ExtraValue, FinishedState, FnDelivery, IdempotencyScope, InProcessWakeup, Inbox, Journal,
     JsonLinesDelivery, MAX_KEY_CHARS, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
     MigrationStatus, MigrationStream, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
-    OutboxTransaction, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats, Result,
-    RowOperation, StoredRow, TOPIC_HEADER, TopicFilter, TopicPattern, TopicRouter, Wakeup,
-    WakeupSubscription,
+    OutboxTransaction, PollOutcome, ReceivedEvent, RelayConfig, RelayEvent, RelayObserver,
+    RelayStats, Result, RowOperation, StoredRow, TOPIC_HEADER, TopicFilter, TopicPattern,
+    TopicRouter, Wakeup, WakeupSubscription,
 };
 pub use hare_outbox_core::{
     BoxError, capture, delivery, error, event, extra, inbox, journal, json, message, migration,
-    redact, relay, table, topic, wakeup,
+    received, redact, relay, table, topic, wakeup,
 };
 
 /// The seam between the core and the database backends: the [`backend::Backend`] trait and its
