@@ -29,6 +29,7 @@
 //! ```
 
 mod delivery;
+pub mod reader;
 mod wakeup;
 
 pub use delivery::{DEFAULT_TIMEOUT, ORDERING_KEY_HEADER, RabbitMqDelivery};

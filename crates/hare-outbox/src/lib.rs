@@ -59,6 +59,7 @@
 //! | `mqtt` | [`mqtt::MqttDelivery`]: QoS 1, topic dots mapped to slashes |
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 //! | `taskiq` | [`taskiq::TaskiqDelivery`]: task events executed by Python taskiq workers (Redis list broker; RabbitMQ too with `rabbitmq`) |
+//! | `webhook-axum` | `webhook` plus [`webhook::receiver::VerifiedEvent`], an axum extractor that checks a webhook's signature and reads the event |
 //! | `testing` | [`testing`]: `Outbox::enqueued` / `assert_enqueued`, [`testing::RecordingDelivery`], `OutboxRelay::drain_for_test` |
 //! | `dashboard` | [`dashboard::Dashboard`]: the journal in a browser, a JSON API, `/metrics` and `/healthz`, as an axum `Router` to mount in your app |
 //! | `tls-rustls-aws-lc-rs`, `tls-rustls-ring` | TLS for PostgreSQL connections through rustls, as sqlx names these features. None by default, as in sqlx; for another backend (`tls-native-tls`, native roots) enable it on your own `sqlx` dependency, which does the same |
