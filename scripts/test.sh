@@ -254,10 +254,39 @@ if ! cargo hack --version >/dev/null 2>&1; then
   cargo install cargo-hack --locked
 fi
 
+# The crates as crates.io would get them, in about four seconds: every publishable crate packages
+# without a warning (the unpublished testkit and bench are `publish = false` and no published
+# crate needs them), ships only its sources, templates, assets, migrations, queries, manifest and
+# README, carries the metadata crates.io and docs.rs read, and no dependency needs a newer Rust
+# than the `rust-version` the README states.
+check_packages() {
+  local meta publishable out
+  meta="$(cargo metadata --format-version 1 --locked --offline --filter-platform x86_64-unknown-linux-gnu)"
+  publishable="$(python3 scripts/check_packages.py <<<"$meta")"
+  # shellcheck disable=SC2086
+  out="$(cargo package $publishable --no-verify --allow-dirty --locked --offline 2>&1)" || {
+    printf '%s\n' "$out" >&2
+    return 1
+  }
+  if grep -E '^(warning|error)' <<<"$out" | grep -v 'is not included in the published package'; then
+    say "cargo package warned (above)"
+    return 1
+  fi
+  # shellcheck disable=SC2086
+  if cargo package $publishable --list --allow-dirty --locked --offline 2>/dev/null |
+    grep -Ev '^(src|templates|assets|migrations|queries)/|^(Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|README\.md|\.cargo_vcs_info\.json)$'; then
+    say "a crate would ship the files above"
+    return 1
+  fi
+}
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+# After the build, so every dependency is in the local registry cache (--offline).
+say "cargo package (publishable crates, metadata, MSRV of dependencies)"
+check_packages
 say "cargo nextest run"
 cargo nextest run --workspace --all-features --no-fail-fast
 say "cargo test --doc"

@@ -46,10 +46,14 @@ impl<B: InboxBackend> Inbox<B> {
     /// # Errors
     /// [`Error::Configuration`] for a malformed table name.
     pub fn new(backend: B, table: &str) -> Result<Self> {
-        Ok(Inbox {
-            backend,
-            table: OutboxTable::parse(table)?,
-        })
+        let table = OutboxTable::parse(table).map_err(|e| match e {
+            // The names follow the outbox table's rules; the message names what it is.
+            Error::Configuration(message) => {
+                Error::Configuration(message.replacen("outbox table", "inbox table", 1))
+            }
+            other => other,
+        })?;
+        Ok(Inbox { backend, table })
     }
 
     /// The DDL of the inbox table, for your own migration tool. Idempotent.

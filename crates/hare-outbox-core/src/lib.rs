@@ -2,6 +2,8 @@
 //! [`Delivery`] seams and the relay policy. It writes no SQL and names no broker; use it through
 //! the `hare-outbox` facade crate.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backend;
 pub mod capture;
 pub mod delivery;
@@ -14,10 +16,14 @@ pub mod json;
 pub mod message;
 pub mod migration;
 pub mod outbox;
+pub mod received;
 pub mod redact;
 pub mod relay;
 pub mod secrets;
 pub mod table;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 pub mod topic;
 pub mod wakeup;
 
@@ -38,6 +44,7 @@ pub use journal::{CleanupOutcome, EventPage, EventQuery, Journal};
 pub use message::OutboxMessage;
 pub use migration::{MigrationStatus, MigrationStream};
 pub use outbox::{Outbox, OutboxTransaction};
+pub use received::ReceivedEvent;
 pub use relay::{
     BreakerConfig, BreakerState, CONCURRENCY_RANGE, DestinationStatus, Destinations,
     MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL, OutboxRelay, PollOutcome, RelayConfig,

@@ -136,9 +136,10 @@ impl<B: Backend> Outbox<B> {
     /// concurrent transaction holding the same uncommitted key makes this call wait for it; if that
     /// transaction rolls back, this call writes its own event.
     ///
-    /// This call sends no wake-up signal (sqlx has no commit hook): relays find the event by
-    /// polling, or through an in-database signal such as LISTEN/NOTIFY. Use [`Outbox::begin`] for a
-    /// transaction that signals after its commit.
+    /// This call sends no wake-up signal of its own (sqlx has no commit hook): relays find the
+    /// event by polling, or through an in-database signal such as LISTEN/NOTIFY. For a transaction
+    /// that signals after its commit, wrap yours with [`Outbox::wrap`] (or begin one with
+    /// [`Outbox::begin`]) and enqueue through [`OutboxTransaction::enqueue`].
     ///
     /// `sequence` is taken at INSERT, not at COMMIT: two transactions writing the same ordering key
     /// concurrently may commit in the other order than their sequences. The relay never skips the
@@ -204,12 +205,33 @@ impl<B: Backend> Outbox<B> {
     /// # Errors
     /// [`Error::Database`] when no connection can be had.
     pub async fn begin(&self) -> Result<OutboxTransaction<B>> {
-        Ok(OutboxTransaction {
+        Ok(self.wrap(self.backend.begin().await?))
+    }
+
+    /// Wraps a transaction you already began (`pool.begin().await?`, on the backend's pool or any
+    /// other of the same database) so that it signals the outbox's wake-up after its COMMIT, as
+    /// [`Outbox::begin`] does. Your statements keep running through `&mut *tx`; enqueue with
+    /// [`OutboxTransaction::enqueue`] and finish with [`OutboxTransaction::commit`] (not the
+    /// inner transaction's, which would commit without signalling).
+    ///
+    /// ```
+    /// # use hare_outbox_core::{Backend, Outbox};
+    /// # async fn f<B: Backend>(outbox: Outbox<B>, tx: B::Transaction) -> hare_outbox_core::Result<()> {
+    /// use hare_outbox_core::OutboxMessage;
+    /// use serde_json::json;
+    ///
+    /// let mut tx = outbox.wrap(tx); // tx: the sqlx transaction your handler began
+    /// tx.enqueue(OutboxMessage::new("orders.created", json!({"id": 7}))).await?;
+    /// tx.commit().await?; // commits, then wakes the relays
+    /// # Ok(()) }
+    /// ```
+    pub fn wrap(&self, tx: B::Transaction) -> OutboxTransaction<B> {
+        OutboxTransaction {
             outbox: self.clone(),
-            tx: self.backend.begin().await?,
+            tx,
             signals: PendingSignals::default(),
             other_signals: Vec::new(),
-        })
+        }
     }
 
     /// Reads one event by id, or `None`.
@@ -405,7 +427,19 @@ impl<B: Backend> std::ops::DerefMut for OutboxTransaction<B> {
     }
 }
 
+impl<B: Backend> From<(Outbox<B>, B::Transaction)> for OutboxTransaction<B> {
+    /// [`Outbox::wrap`]: the transaction signals `outbox`'s wake-up after its commit.
+    fn from((outbox, tx): (Outbox<B>, B::Transaction)) -> Self {
+        outbox.wrap(tx)
+    }
+}
+
 impl<B: Backend> OutboxTransaction<B> {
+    /// The outbox this transaction writes to.
+    pub fn outbox(&self) -> &Outbox<B> {
+        &self.outbox
+    }
+
     /// [`Outbox::enqueue`] in this transaction; the topic is signalled after commit if the event
     /// was written by this call.
     ///

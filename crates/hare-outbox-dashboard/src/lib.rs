@@ -101,7 +101,7 @@ use hare_outbox_core::{Journal, JournalBackend};
 use tokio::net::TcpListener;
 
 pub use error::{Error, Result};
-pub use options::{DashboardOptions, HealthThresholds};
+pub use options::{DashboardOptions, HealthThresholds, ReadAuth};
 pub use view::{EventStatusView, EventView};
 
 /// The state every handler shares.
@@ -154,10 +154,32 @@ impl<B: JournalBackend> Dashboard<B> {
         &self.state.options
     }
 
-    /// The routes of the module documentation, with the security headers on every response.
-    /// Mount it at the root of a server or `nest` it under a prefix of your own (the page links
-    /// its assets and API relative to where it is served).
-    pub fn router(&self) -> Router {
+    /// The routes of the module documentation, with the security headers on every response, as
+    /// a router for any state of yours (`S`: the state of the router you merge or nest it in).
+    ///
+    /// Mount it at the root of a server or `nest` it under a prefix of your own
+    /// (`app.nest("/outbox", dashboard.router())`): its pages link to absolute paths under the
+    /// prefix the request came through ([`DashboardOptions::with_base_path`] when a proxy
+    /// strips it). Unless [`DashboardOptions::with_allow_remote`] is set, it answers 421 to a
+    /// request whose `Host` is not a loopback name, wherever it is mounted;
+    /// [`DashboardOptions::with_read_auth`] (or a tower layer of yours around it) decides who may
+    /// read.
+    ///
+    /// ```no_run
+    /// # fn f(dashboard: hare_outbox_dashboard::Dashboard<impl hare_outbox_core::JournalBackend>) {
+    /// use axum::Router;
+    ///
+    /// #[derive(Clone)]
+    /// struct AppState {/* your pool, … */}
+    ///
+    /// let app: Router<AppState> = Router::new()
+    ///     // .route("/orders", post(create_order))
+    ///     .nest("/outbox", dashboard.router());
+    /// let app: Router = app.with_state(AppState {});
+    /// # let _ = app;
+    /// # }
+    /// ```
+    pub fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         let mutating = Router::new()
             .route("/api/dead-letters/retry", post(api::retry::<B>))
             .route("/api/dead-letters/cleanup", post(api::cleanup::<B>))
@@ -166,7 +188,7 @@ impl<B: JournalBackend> Dashboard<B> {
                 Arc::clone(&self.state),
                 security::guard_mutation::<B>,
             ));
-        Router::new()
+        let router = Router::new()
             .route("/", get(page::journal::<B>))
             .route("/events/{reference}", get(pages::event::<B>))
             .route("/keys", get(pages::keys::<B>))
@@ -192,6 +214,20 @@ impl<B: JournalBackend> Dashboard<B> {
             .route("/healthz", get(api::healthz::<B>))
             .merge(mutating)
             .fallback(api::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.state),
+                security::base::<B>,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.state),
+                security::read_auth::<B>,
+            ));
+        let router = if self.state.options.allow_remote {
+            router
+        } else {
+            router.layer(axum::middleware::from_fn(security::loopback_host))
+        };
+        router
             .layer(axum::middleware::map_response(security::headers))
             .with_state(Arc::clone(&self.state))
     }
@@ -229,13 +265,7 @@ impl<B: JournalBackend> Dashboard<B> {
         })?;
         self.check_address(addr)?;
         tracing::info!(%addr, table = %self.state.journal.table(), "dashboard listening");
-        let router = if self.state.options.allow_remote {
-            self.router()
-        } else {
-            self.router()
-                .layer(axum::middleware::from_fn(security::loopback_host))
-                .layer(axum::middleware::map_response(security::headers))
-        };
+        let router: Router = self.router();
         axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await

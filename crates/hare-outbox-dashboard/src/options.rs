@@ -1,6 +1,9 @@
 //! The dashboard's options.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use axum::http::request::Parts;
 
 use hare_outbox_core::Destinations;
 use hare_outbox_core::journal::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ObjectName};
@@ -62,6 +65,12 @@ impl HealthThresholds {
     }
 }
 
+/// A check every request must pass before the dashboard answers it (pages, assets, the JSON
+/// API, `/metrics`, `/healthz`, and the token-protected actions too): `true` lets it through,
+/// `false` answers 401. It sees the request's method, URI (inside the dashboard: `/api/events`
+/// when nested under `/outbox`), headers and extensions (a session your own layer put there).
+pub type ReadAuth = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
 /// How a [`Dashboard`](crate::Dashboard) behaves. Build with [`DashboardOptions::new`] and the
 /// `with_*` methods; each says its default.
 #[derive(Clone)]
@@ -92,6 +101,14 @@ pub struct DashboardOptions {
     /// (`plan_prod_orders #18`) or the capture's label (`prod_order #18`). Defaults to
     /// [`ObjectName::Table`].
     pub object_name: ObjectName,
+    /// The check every request must pass ([`ReadAuth`]); `None` = every request that reaches
+    /// the dashboard is answered. Defaults to `None`.
+    pub read_auth: Option<ReadAuth>,
+    /// The path the browser sees the dashboard under, ending in `/` (`/ops/outbox/`); `None` =
+    /// taken from each request: the prefix it was `nest`ed under in your router (axum's
+    /// `OriginalUri`), `/` at the root. Set it when a proxy strips a prefix before the request
+    /// reaches your server. Defaults to `None`.
+    pub base_path: Option<String>,
 }
 
 impl std::fmt::Debug for DashboardOptions {
@@ -105,6 +122,8 @@ impl std::fmt::Debug for DashboardOptions {
             .field("title", &self.title)
             .field("allow_remote", &self.allow_remote)
             .field("object_name", &self.object_name)
+            .field("read_auth", &self.read_auth.as_ref().map(|_| "<set>"))
+            .field("base_path", &self.base_path)
             .finish()
     }
 }
@@ -120,13 +139,16 @@ impl Default for DashboardOptions {
             title: "hare-outbox".to_owned(),
             allow_remote: false,
             object_name: ObjectName::Table,
+            read_auth: None,
+            base_path: None,
         }
     }
 }
 
 impl DashboardOptions {
     /// The defaults: no token (read-only), no thresholds, no metrics, no destinations, 50 events
-    /// per page, title `hare-outbox`, loopback only, objects by captured table.
+    /// per page, title `hare-outbox`, loopback only, objects by captured table, no read check,
+    /// the base path taken from each request.
     pub fn new() -> Self {
         Self::default()
     }
@@ -211,8 +233,58 @@ impl DashboardOptions {
         self
     }
 
-    /// Whether an address other than loopback may be served. Only behind a proxy that adds TLS
-    /// and access control: the token travels in clear otherwise.
+    /// A check every request must pass, or 401 ([`ReadAuth`]). For a check that needs to await
+    /// (a session store), wrap [`Dashboard::router`](crate::Dashboard::router) in a tower layer
+    /// of your own instead: `dashboard.router().layer(my_auth_layer)`.
+    ///
+    /// ```
+    /// use hare_outbox_dashboard::DashboardOptions;
+    ///
+    /// let options = DashboardOptions::new().with_read_auth(|request| {
+    ///     request.headers.get("x-operator").is_some_and(|v| v == "on-call")
+    /// });
+    /// # let _ = options;
+    /// ```
+    pub fn with_read_auth(
+        mut self,
+        check: impl Fn(&Parts) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.read_auth = Some(Arc::new(check));
+        self
+    }
+
+    /// The path the browser sees the dashboard under (`/ops/outbox`; a trailing `/` is added),
+    /// for a proxy that strips a prefix before the request reaches your server. Without it the
+    /// prefix is taken from each request (`Router::nest` needs nothing).
+    ///
+    /// # Errors
+    /// [`Error::Configuration`] when `path` does not start with a single `/` or holds
+    /// whitespace, a control character, `?`, `#`, `"`, `'`, `<`, `>` or a backslash.
+    pub fn with_base_path(mut self, path: impl Into<String>) -> Result<Self> {
+        let mut path = path.into();
+        if !path.starts_with('/')
+            || path.starts_with("//")
+            || path
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || "?#\"'<>\\".contains(c))
+        {
+            return Err(Error::Configuration(format!(
+                "dashboard base path {path:?} is not allowed; give an absolute path such as \
+                 \"/ops/outbox\""
+            )));
+        }
+        if !path.ends_with('/') {
+            path.push('/');
+        }
+        self.base_path = Some(path);
+        Ok(self)
+    }
+
+    /// Whether an address other than loopback may be served, and whether requests naming
+    /// another `Host` are answered. Without it, [`Dashboard::router`](crate::Dashboard::router)
+    /// answers 421 to a request whose `Host` is not a loopback name, also when mounted in your
+    /// own router. Only behind a proxy that adds TLS and access control (or with
+    /// [`with_read_auth`](Self::with_read_auth)): the token travels in clear otherwise.
     pub fn with_allow_remote(mut self, allow: bool) -> Self {
         self.allow_remote = allow;
         self
@@ -247,5 +319,19 @@ mod tests {
             .with_token(Some("0123456789abcdef".into()))
             .unwrap();
         assert!(!format!("{o:?}").contains("0123456789abcdef"));
+        for bad in ["outbox", "//evil.example/", "/a b", "/a\"b", "/a?b"] {
+            assert!(
+                DashboardOptions::new().with_base_path(bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            DashboardOptions::new()
+                .with_base_path("/ops/outbox")
+                .unwrap()
+                .base_path
+                .as_deref(),
+            Some("/ops/outbox/")
+        );
     }
 }

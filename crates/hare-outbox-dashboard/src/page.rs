@@ -150,13 +150,14 @@ impl From<crate::api::DestinationView> for DestinationRow {
 /// refused and why; a database failure answers 503 the same way.
 pub(crate) async fn journal<B: JournalBackend>(
     State(state): State<AppState<B>>,
+    axum::Extension(base): axum::Extension<crate::security::Base>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let locale = Locale::of(&headers, query.as_deref());
     let parsed = Filters::parse(query.as_deref());
     let filters = parsed.clone().unwrap_or_default();
-    let c = Chrome::new(&state, &locale, "", "journal", query.as_deref());
+    let c = Chrome::new(&state, &locale, &base, "journal", query.as_deref());
     let t = c.t;
     let mut page = JournalPage {
         c,

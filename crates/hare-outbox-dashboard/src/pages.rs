@@ -4,6 +4,7 @@
 //! ([`Chrome`]).
 
 use askama::Template;
+use axum::Extension;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -16,6 +17,7 @@ use crate::AppState;
 use crate::api::{ApiError, find_event};
 use crate::i18n::{Locale, Texts, TimeText};
 use crate::paging::Paging;
+use crate::security::Base;
 use crate::view::{Change, changes};
 
 /// What every page shows around its content.
@@ -25,10 +27,11 @@ pub(crate) struct Chrome {
     pub(crate) lang: &'static str,
     pub(crate) dates: &'static str,
     pub(crate) t: &'static Texts,
-    /// The way back to the dashboard's root from this page: `""`, or `"../"` under `events/`.
-    pub(crate) root: &'static str,
-    /// The journal's address from this page.
-    pub(crate) home: &'static str,
+    /// The dashboard's absolute path, ending in `/` (`/`, `/outbox/`): every link starts with it.
+    pub(crate) root: String,
+    /// The journal's address: the base without its trailing `/` (`/outbox`; `/` at the root),
+    /// which is the path `Router::nest` matches.
+    pub(crate) home: String,
     /// Which view the page is: `journal`, `keys`, `topics`, `relays`, `event`.
     pub(crate) current: &'static str,
     pub(crate) en_href: String,
@@ -37,11 +40,11 @@ pub(crate) struct Chrome {
 }
 
 impl Chrome {
-    /// The chrome of a page at depth `root` (`""` or `"../"`) of `state`'s dashboard.
+    /// The chrome of a page of `state`'s dashboard served under `base`.
     pub(crate) fn new<B: JournalBackend>(
         state: &AppState<B>,
         locale: &Locale,
-        root: &'static str,
+        base: &Base,
         current: &'static str,
         query: Option<&str>,
     ) -> Chrome {
@@ -63,8 +66,8 @@ impl Chrome {
             lang: locale.lang.tag(),
             dates: locale.dates.name(),
             t: locale.t(),
-            root,
-            home: if root.is_empty() { "./" } else { root },
+            root: base.0.clone(),
+            home: base.home(),
             current,
             en_href: lang_href("en"),
             ru_href: lang_href("ru"),
@@ -172,12 +175,13 @@ struct MissingPage {
 /// `GET /events/{sequence or id}`: one event in full, with the neighbours of its key.
 pub(crate) async fn event<B: JournalBackend>(
     State(state): State<AppState<B>>,
+    Extension(base): Extension<Base>,
     Path(reference): Path<String>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let locale = Locale::of(&headers, query.as_deref());
-    let chrome = Chrome::new(&state, &locale, "../", "event", query.as_deref());
+    let chrome = Chrome::new(&state, &locale, &base, "event", query.as_deref());
     let found = match find_event(&state, &reference).await {
         Ok(event) => event,
         Err(error) => return missing(chrome, &locale, error),
@@ -190,7 +194,8 @@ pub(crate) async fn event<B: JournalBackend>(
     let status = found.status(now);
     let object = ObjectRef::named(&found, state.options.object_name).unwrap_or_default();
     let object_href = format!(
-        "../?{}",
+        "{}?{}",
+        base.home(),
         form_urlencoded::Serializer::new(String::new())
             .append_pair("object", &object)
             .finish()
@@ -273,11 +278,12 @@ struct KeysPage {
 /// `GET /keys`: the held ordering keys, with retry and skip-and-release of their head.
 pub(crate) async fn keys<B: JournalBackend>(
     State(state): State<AppState<B>>,
+    Extension(base): Extension<Base>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let locale = Locale::of(&headers, query.as_deref());
-    let c = Chrome::new(&state, &locale, "", "keys", query.as_deref());
+    let c = Chrome::new(&state, &locale, &base, "keys", query.as_deref());
     let mut page = KeysPage {
         c,
         keys: Vec::new(),
@@ -301,11 +307,12 @@ pub(crate) async fn keys<B: JournalBackend>(
         Ok((paging, held)) => {
             let now = Utc::now();
             if !paging.after.is_empty() {
-                page.first_href = "keys".to_owned();
+                page.first_href = format!("{}keys", base.0);
             }
             if let Some(after) = &held.next_after {
                 page.next_href = format!(
-                    "keys?{}",
+                    "{}keys?{}",
+                    base.0,
                     paging.next_query(after, false, state.options.page_size)
                 );
             }
@@ -380,11 +387,12 @@ struct TopicsPage {
 /// `GET /topics`: counts per topic and state, the oldest event still to deliver.
 pub(crate) async fn topics<B: JournalBackend>(
     State(state): State<AppState<B>>,
+    Extension(base): Extension<Base>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let locale = Locale::of(&headers, query.as_deref());
-    let c = Chrome::new(&state, &locale, "", "topics", query.as_deref());
+    let c = Chrome::new(&state, &locale, &base, "topics", query.as_deref());
     let mut page = TopicsPage {
         c,
         topics: Vec::new(),
@@ -411,7 +419,7 @@ pub(crate) async fn topics<B: JournalBackend>(
         if let Some(status) = status {
             out.append_pair("status", status);
         }
-        format!("./?{}", out.finish())
+        format!("{}?{}", base.home(), out.finish())
     };
     let status = match result {
         Ok((paging, stats)) => {
@@ -419,13 +427,14 @@ pub(crate) async fn topics<B: JournalBackend>(
             page.window_seconds = paging.window.as_secs();
             page.window_text = humantime_short(paging.window.as_secs());
             if !paging.after.is_empty() {
-                page.first_href = "topics".to_owned();
+                page.first_href = format!("{}topics", base.0);
             }
             if stats.len() == paging.limit as usize
                 && let Some(last) = stats.last()
             {
                 page.next_href = format!(
-                    "topics?{}",
+                    "{}topics?{}",
+                    base.0,
                     paging.next_query(&last.topic, true, state.options.page_size)
                 );
             }
@@ -490,11 +499,12 @@ struct RelaysPage {
 /// `GET /relays`: the relays holding leases.
 pub(crate) async fn relays<B: JournalBackend>(
     State(state): State<AppState<B>>,
+    Extension(base): Extension<Base>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let locale = Locale::of(&headers, query.as_deref());
-    let c = Chrome::new(&state, &locale, "", "relays", query.as_deref());
+    let c = Chrome::new(&state, &locale, &base, "relays", query.as_deref());
     let mut page = RelaysPage {
         c,
         relays: Vec::new(),
@@ -516,13 +526,14 @@ pub(crate) async fn relays<B: JournalBackend>(
     let status = match result {
         Ok((paging, relays)) => {
             if !paging.after.is_empty() {
-                page.first_href = "relays".to_owned();
+                page.first_href = format!("{}relays", base.0);
             }
             if relays.len() == paging.limit as usize
                 && let Some(last) = relays.last()
             {
                 page.next_href = format!(
-                    "relays?{}",
+                    "{}relays?{}",
+                    base.0,
                     paging.next_query(&last.leased_by, false, state.options.page_size)
                 );
             }

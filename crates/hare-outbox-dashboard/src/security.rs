@@ -38,8 +38,8 @@ pub(crate) async fn headers(mut response: Response) -> Response {
 }
 
 /// Answers 421 to a request whose `Host` is not a loopback name (`localhost`, `*.localhost`,
-/// 127.0.0.0/8, `::1`). [`Dashboard::serve`](crate::Dashboard::serve) adds it on a loopback
-/// address: a web page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) would
+/// 127.0.0.0/8, `::1`). [`Dashboard::router`](crate::Dashboard::router) has it unless remote
+/// access is allowed: a web page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) would
 /// otherwise be same-origin with the dashboard and read the journal.
 pub(crate) async fn loopback_host(request: Request, next: Next) -> Response {
     let host = request
@@ -58,6 +58,85 @@ pub(crate) async fn loopback_host(request: Request, next: Next) -> Response {
         )
         .into_response(),
         _ => next.run(request).await,
+    }
+}
+
+/// Answers 401 to a request the configured [`ReadAuth`](crate::ReadAuth) refuses.
+pub(crate) async fn read_auth<B: JournalBackend>(
+    State(state): State<AppState<B>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(check) = &state.options.read_auth else {
+        return next.run(request).await;
+    };
+    let (parts, body) = request.into_parts();
+    if !check(&parts) {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "auth",
+            "this dashboard needs the access its application grants; the request was refused",
+        )
+        .into_response();
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// Where the dashboard is, as the browser sees it: an absolute path ending in `/`; every link
+/// of its pages starts with it.
+#[derive(Debug, Clone)]
+pub(crate) struct Base(pub(crate) String);
+
+impl Base {
+    /// The journal page's path: the base without its trailing `/` (`/outbox`), since
+    /// `Router::nest("/outbox", …)` matches `/outbox` and not `/outbox/`; `/` at the root.
+    pub(crate) fn home(&self) -> String {
+        match self.0.trim_end_matches('/') {
+            "" => "/".to_owned(),
+            home => home.to_owned(),
+        }
+    }
+}
+
+/// Puts the request's [`Base`] into its extensions: the configured base path, else the prefix
+/// the dashboard was nested under (the request's original path minus the path inside the
+/// dashboard), else `/`.
+pub(crate) async fn base<B: JournalBackend>(
+    State(state): State<AppState<B>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let base = match &state.options.base_path {
+        Some(path) => path.clone(),
+        None => base_of(
+            request
+                .extensions()
+                .get::<axum::extract::OriginalUri>()
+                .map(|o| o.path()),
+            request.uri().path(),
+        ),
+    };
+    request.extensions_mut().insert(Base(base));
+    next.run(request).await
+}
+
+/// The base of a request whose original path is `outer` and whose path inside the dashboard is
+/// `inner`.
+pub(crate) fn base_of(outer: Option<&str>, inner: &str) -> String {
+    let Some(outer) = outer else {
+        return "/".to_owned();
+    };
+    let prefix = if inner == "/" {
+        outer.trim_end_matches('/')
+    } else {
+        outer.strip_suffix(inner).unwrap_or("")
+    };
+    // Never a scheme-relative `//host`: at most one leading slash.
+    let prefix = prefix.trim_start_matches('/');
+    if prefix.is_empty() {
+        "/".to_owned()
+    } else {
+        format!("/{prefix}/")
     }
 }
 

@@ -30,6 +30,7 @@
 
 mod config;
 mod delivery;
+pub mod reader;
 mod wakeup;
 
 pub use config::{KafkaDeliveryConfig, is_secret_property};

@@ -613,6 +613,23 @@ impl Backend for PgBackend {
         Ok(done.rows_affected())
     }
 
+    async fn event_list_pending_on(
+        &self,
+        conn: &mut PgConnection,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::EventListPendingParams,
+    ) -> Result<Vec<OutboxEvent>> {
+        let rows = sqlx::query(AssertSqlSafe(
+            self.statements(table).event_list_pending.clone(),
+        ))
+        .bind(i64::from(params.limit))
+        .persistent(self.db().persistent())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(translate)?;
+        rows.iter().map(|r| decode(table, r)).collect()
+    }
+
     async fn event_get(
         &self,
         table: &OutboxTable,
@@ -805,6 +822,10 @@ impl CaptureBackend for PgBackend {
         params: &hare_outbox_core::backend::ContextSetParams,
     ) -> Result<()> {
         capture::context_set(self.db(), conn, params).await
+    }
+
+    fn in_transaction(&self, conn: &PgConnection) -> bool {
+        sqlx::Connection::is_in_transaction(conn)
     }
 }
 

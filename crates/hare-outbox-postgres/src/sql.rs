@@ -21,6 +21,7 @@ pub(crate) struct Statements {
     event_insert: String,
     event_insert_many: String,
     pub(crate) event_get: Arc<str>,
+    pub(crate) event_list_pending: Arc<str>,
     pub(crate) event_get_by_idempotency_key: Arc<str>,
     /// The journal page after a cursor, oldest first.
     pub(crate) event_list_after: Arc<str>,
@@ -215,6 +216,7 @@ impl Statements {
             event_insert: render(include_str!("../queries/event_insert.sql")),
             event_insert_many: render(include_str!("../queries/event_insert_many.sql")),
             event_get: r(include_str!("../queries/event_get.sql")),
+            event_list_pending: r(include_str!("../queries/event_list_pending.sql")),
             event_get_by_idempotency_key: r(include_str!(
                 "../queries/event_get_by_idempotency_key.sql"
             )),

@@ -28,6 +28,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// | `ordering_key` | the ordering key, or the empty string when the event has none           |
 /// | `headers`      | [`OutboxEvent::message_headers`] as the text of one JSON object, name → value (among them `hare-outbox-event-id` and `hare-outbox-topic`) |
 /// | `payload`      | [`OutboxEvent::body`]: the payload as compact JSON text                 |
+/// | `sequence`     | the event's `sequence` (delivery order in the outbox table), as decimal text |
+/// | `created_at`   | when the event was enqueued, RFC 3339 in UTC with the fraction it has (microseconds from the database: `2026-12-05T01:02:03.456789Z`) |
+///
+/// [`reader::read_entry`](crate::reader::read_entry) reads such an entry back into a
+/// [`ReceivedEvent`](hare_outbox_core::ReceivedEvent).
 ///
 /// A relay batch is sent as one pipeline (one round trip, not a transaction). The answer has one
 /// reply per `XADD`, so each event gets its own result: a command Redis refuses (e.g. the stream
@@ -170,7 +175,15 @@ impl RedisStreamsDelivery {
             .arg("headers")
             .arg(Value::Object(headers).to_string())
             .arg("payload")
-            .arg(event.body());
+            .arg(event.body())
+            .arg("sequence")
+            .arg(event.sequence)
+            .arg("created_at")
+            .arg(
+                event
+                    .created_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            );
         cmd
     }
 
@@ -382,7 +395,15 @@ mod tests {
         let fields: Vec<&str> = a[3..].iter().step_by(2).map(String::as_str).collect();
         assert_eq!(
             fields,
-            ["id", "topic", "ordering_key", "headers", "payload"]
+            [
+                "id",
+                "topic",
+                "ordering_key",
+                "headers",
+                "payload",
+                "sequence",
+                "created_at"
+            ]
         );
         assert_eq!(a[4], e.id.to_string());
         assert_eq!(a[8], "", "no ordering key → empty string");

@@ -3,6 +3,8 @@
 //! - [`RedisStreamsDelivery`] appends every event to a stream with `XADD`: to the configured
 //!   stream or, by default, to the stream named like the event's topic. A relay batch goes out as
 //!   one pipeline, with one result per event.
+//! - [`reader`] reads such an entry back on the consumer's side, as a
+//!   [`ReceivedEvent`](hare_outbox_core::ReceivedEvent).
 //! - [`RedisWakeup`] tells relays to poll right after a commit, through pub/sub on one channel.
 //!   A wake-up is a hint: relays poll the table anyway, so a lost signal only delays delivery.
 //!
@@ -31,6 +33,7 @@
 
 mod config;
 mod delivery;
+pub mod reader;
 mod wakeup;
 
 pub use config::RedisDeliveryConfig;

@@ -43,7 +43,18 @@ async fn fields_arrive_exactly() {
     );
     for (entry, e) in entries.iter().zip([&keyed, &unkeyed]) {
         let names: Vec<&str> = entry.1.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["id", "topic", "ordering_key", "headers", "payload"]);
+        assert_eq!(
+            names,
+            [
+                "id",
+                "topic",
+                "ordering_key",
+                "headers",
+                "payload",
+                "sequence",
+                "created_at"
+            ]
+        );
         assert_eq!(field(entry, "id"), e.id.to_string());
         assert_eq!(field(entry, "topic"), topic);
         assert_eq!(

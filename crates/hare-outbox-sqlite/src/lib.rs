@@ -660,6 +660,20 @@ impl Backend for SqliteBackend {
         Ok(changed)
     }
 
+    async fn event_list_pending_on(
+        &self,
+        conn: &mut SqliteConnection,
+        table: &OutboxTable,
+        params: &hare_outbox_core::backend::EventListPendingParams,
+    ) -> Result<Vec<OutboxEvent>> {
+        let rows = sqlx::query(AssertSqlSafe(Query::EventListPending.render(table)))
+            .bind(i64::from(params.limit))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        rows.iter().map(|row| decode::event(table, row)).collect()
+    }
+
     async fn event_get(
         &self,
         table: &OutboxTable,
@@ -872,6 +886,10 @@ impl CaptureBackend for SqliteBackend {
         params: &hare_outbox_core::backend::ContextSetParams,
     ) -> Result<()> {
         capture::context_set(conn, table, params).await
+    }
+
+    fn in_transaction(&self, conn: &SqliteConnection) -> bool {
+        sqlx::Connection::is_in_transaction(conn)
     }
 }
 

@@ -38,6 +38,7 @@ fn cached(table: &OutboxTable, shape: String, make: impl FnOnce() -> String) -> 
 const EVENT_INSERT: &str = include_str!("../queries/event_insert.sql");
 const EVENT_INSERT_MANY: &str = include_str!("../queries/event_insert_many.sql");
 const EVENT_GET: &str = include_str!("../queries/event_get.sql");
+const EVENT_LIST_PENDING: &str = include_str!("../queries/event_list_pending.sql");
 const EVENT_LIST: &str = include_str!("../queries/event_list.sql");
 const EVENT_TIMELINE: &str = include_str!("../queries/event_timeline.sql");
 const EVENT_TIMELINE_LATENCY: &str = include_str!("../queries/event_timeline_latency.sql");
@@ -105,6 +106,7 @@ pub(crate) enum Query {
     EventInsert,
     EventInsertMany,
     EventGet,
+    EventListPending,
     EventGetByIdempotencyKeys,
     /// Rendered by [`event_list`].
     EventList,
@@ -140,6 +142,7 @@ impl Query {
             Query::EventInsert => EVENT_INSERT,
             Query::EventInsertMany => EVENT_INSERT_MANY,
             Query::EventGet => EVENT_GET,
+            Query::EventListPending => EVENT_LIST_PENDING,
             Query::EventGetByIdempotencyKeys => EVENT_GET_BY_IDEMPOTENCY_KEYS,
             Query::EventList => EVENT_LIST,
             Query::EventTimeline => EVENT_TIMELINE,
@@ -480,6 +483,7 @@ mod tests {
         rendered.push(render_table(crate::migrate::OUTBOX[0].template, &table, &[]).into());
         for query in [
             Query::EventGet,
+            Query::EventListPending,
             Query::EventGetByIdempotencyKeys,
             Query::EventLeaseExtend,
             Query::EventMarkDelivered,

@@ -21,7 +21,9 @@
 //! `*-key`, …) are `***` in `Debug`. See [`hare_outbox_core::redact`].
 //!
 //! Receivers check the signature with [`verify_signature`] and drop duplicates by
-//! `hare-outbox-event-id` (delivery is at least once).
+//! `hare-outbox-event-id` (delivery is at least once); [`receiver::read_request`] does both
+//! checks and returns a [`ReceivedEvent`](hare_outbox_core::ReceivedEvent), and with the `axum`
+//! feature [`receiver::VerifiedEvent`] is the same as an axum extractor.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -93,7 +95,12 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION
 use reqwest::{Client, Response, StatusCode, redirect};
 use sha2::Sha256;
 
+/// Re-exported for the [`reqwest::header::HeaderMap`] that [`receiver::read_request`] takes
+/// (the `http` crate's, as axum's).
+pub use reqwest;
 pub use reqwest::Url;
+
+pub mod receiver;
 
 /// The header that carries the signature unless [`WebhookDelivery::with_signature_header`]
 /// names another.

@@ -20,16 +20,15 @@
 //! let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
 //! outbox.migrate().await?;
 //!
-//! // The event commits (or rolls back) with the business write.
-//! let mut tx = pool.begin().await?;
+//! // The event commits (or rolls back) with the business write. `wrap` keeps your sqlx
+//! // transaction and adds one thing: after COMMIT it wakes the relays (never after a rollback).
+//! let mut tx = outbox.wrap(pool.begin().await?);
 //! sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)").execute(&mut *tx).await?;
 //! sqlx::query("INSERT INTO orders VALUES (22, 'confirmed')").execute(&mut *tx).await?;
-//! outbox
-//!     .enqueue(
-//!         &mut *tx,
-//!         OutboxMessage::new("sales.order.confirmed", json!({"id": 22})).ordering_key("sales_order:22"),
-//!     )
-//!     .await?;
+//! tx.enqueue(
+//!     OutboxMessage::new("sales.order.confirmed", json!({"id": 22})).ordering_key("sales_order:22"),
+//! )
+//! .await?;
 //! tx.commit().await?;
 //!
 //! // A relay delivers it: here to a Rust function.
@@ -60,6 +59,13 @@
 //! | `mqtt` | [`mqtt::MqttDelivery`]: QoS 1, topic dots mapped to slashes |
 //! | `nats` | [`nats::NatsDelivery`] (JetStream, `Nats-Msg-Id` dedup) and [`nats::NatsWakeup`] |
 //! | `taskiq` | [`taskiq::TaskiqDelivery`]: task events executed by Python taskiq workers (Redis list broker; RabbitMQ too with `rabbitmq`) |
+//! | `webhook-axum` | `webhook` plus [`webhook::receiver::VerifiedEvent`], an axum extractor that checks a webhook's signature and reads the event |
+//! | `testing` | [`testing`]: `Outbox::enqueued` / `assert_enqueued`, [`testing::RecordingDelivery`], `OutboxRelay::drain_for_test` |
+//! | `dashboard` | [`dashboard::Dashboard`]: the journal in a browser, a JSON API, `/metrics` and `/healthz`, as an axum `Router` to mount in your app |
+//! | `tls-rustls-aws-lc-rs`, `tls-rustls-ring` | TLS for PostgreSQL connections through rustls, as sqlx names these features. None by default, as in sqlx; for another backend (`tls-native-tls`, native roots) enable it on your own `sqlx` dependency, which does the same |
+//!
+//! Nothing here turns on a sqlx TLS backend or sqlx's `migrate` (the outbox runs its own
+//! migrations): your `sqlx` dependency decides.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -72,13 +78,13 @@ pub use hare_outbox_core::{
     ExtraColumn, ExtraValue, FinishedState, FnDelivery, IdempotencyScope, InProcessWakeup, Inbox,
     Journal, JsonLinesDelivery, MAX_KEY_CHARS, MIN_DELIVERY_TIMEOUT, MIN_LEASE, MIN_POLL_INTERVAL,
     MigrationStatus, MigrationStream, Outbox, OutboxEvent, OutboxMessage, OutboxRelay, OutboxTable,
-    OutboxTransaction, PollOutcome, RelayConfig, RelayEvent, RelayObserver, RelayStats, Result,
-    RowOperation, StoredRow, TOPIC_HEADER, TopicFilter, TopicPattern, TopicRouter, Wakeup,
-    WakeupSubscription,
+    OutboxTransaction, PollOutcome, ReceivedEvent, RelayConfig, RelayEvent, RelayObserver,
+    RelayStats, Result, RowOperation, StoredRow, TOPIC_HEADER, TopicFilter, TopicPattern,
+    TopicRouter, Wakeup, WakeupSubscription,
 };
 pub use hare_outbox_core::{
     BoxError, capture, delivery, error, event, extra, inbox, journal, json, message, migration,
-    redact, relay, secrets, table, topic, wakeup,
+    received, redact, relay, secrets, table, topic, wakeup,
 };
 
 /// The seam between the core and the database backends: the [`backend::Backend`] trait and its
@@ -146,6 +152,55 @@ pub mod kafka {
 #[cfg_attr(docsrs, doc(cfg(feature = "taskiq")))]
 pub mod taskiq {
     pub use hare_outbox_taskiq::*;
+}
+
+/// Helpers for the tests of a service: what a handler enqueued, a delivery that records, a
+/// relay drained in one call.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use hare_outbox::sqlite::SqliteBackend;
+/// use hare_outbox::testing::RecordingDelivery;
+/// use hare_outbox::{Outbox, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig};
+/// use serde_json::json;
+///
+/// let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await?;
+/// let outbox = Outbox::new(SqliteBackend::new(pool.clone()), OutboxTable::parse("outbox")?);
+/// outbox.migrate().await?;
+///
+/// // The handler under test enqueues in its transaction …
+/// let mut tx = outbox.wrap(pool.begin().await?);
+/// tx.enqueue(OutboxMessage::new("orders.created", json!({"id": 7}))).await?;
+///
+/// // … and the test sees the event before the commit, on the same connection.
+/// let event = outbox.assert_enqueued(&mut tx, "orders.created").await;
+/// assert_eq!(event.payload, json!({"id": 7}));
+/// assert_eq!(outbox.enqueued(&mut tx).await?.len(), 1);
+/// tx.commit().await?;
+///
+/// // One call delivers everything due to a delivery that records what it got.
+/// let delivery = RecordingDelivery::new();
+/// let relay = OutboxRelay::new(outbox.clone(), delivery.clone(), RelayConfig::default())?;
+/// assert_eq!(relay.drain_for_test().await?.delivered, 1);
+/// assert_eq!(delivery.topics(), ["orders.created"]);
+/// assert!(outbox.enqueued(&mut *pool.acquire().await?).await?.is_empty());
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sqlite"))]
+/// # fn main() {}
+/// ```
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing {
+    pub use hare_outbox_core::testing::*;
+}
+
+/// The dashboard: the outbox as the journal of the system, as an axum `Router`.
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub mod dashboard {
+    pub use hare_outbox_dashboard::*;
 }
 
 /// The HTTP webhook delivery.

@@ -184,6 +184,16 @@ pub trait Backend: Clone + Send + Sync + 'static {
         params: &EventMarkFailedParams,
     ) -> Result<u64>;
 
+    /// The events `conn` sees that are neither published nor dead-lettered — those its open
+    /// transaction wrote and the committed ones — oldest first, at most `params.limit`. Runs on
+    /// the caller's connection (the test helpers of the `testing` feature).
+    async fn event_list_pending_on(
+        &self,
+        conn: &mut Self::Conn,
+        table: &OutboxTable,
+        params: &EventListPendingParams,
+    ) -> Result<Vec<OutboxEvent>>;
+
     /// Reads one event by id.
     async fn event_get(
         &self,
@@ -310,6 +320,10 @@ pub trait CaptureBackend: Backend {
         table: &OutboxTable,
         params: &ContextSetParams,
     ) -> Result<()>;
+
+    /// Whether `conn` is inside a transaction its driver began (sqlx's `begin`), so a context
+    /// set on it lasts until that transaction ends.
+    fn in_transaction(&self, conn: &Self::Conn) -> bool;
 }
 
 /// The consumer-side inbox table: which events a consumer has processed.

@@ -229,6 +229,16 @@ pub struct EventGetParams {
 
 params_new!(EventGetParams { id: Uuid });
 
+/// List the pending events a connection sees (tests: what a handler enqueued).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventListPendingParams {
+    /// The most events returned.
+    pub limit: u32,
+}
+
+params_new!(EventListPendingParams { limit: u32 });
+
 /// Record that a consumer processed an event.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -6,7 +6,7 @@ use serde_json::Map;
 use super::{CaptureContext, CaptureDrift, CaptureStatus, ChangeCapture};
 use crate::backend::CaptureBackend;
 use crate::backend::params::{CaptureInstallParams, CaptureUninstallParams, ContextSetParams};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::outbox::Outbox;
 
 impl ChangeCapture {
@@ -87,8 +87,7 @@ impl<B: CaptureBackend> Outbox<B> {
     /// Scope, per backend:
     /// - PostgreSQL: transaction-local settings (`set_config('hare_outbox.headers', …, true)`
     ///   and `hare_outbox.payload`): gone at COMMIT or ROLLBACK, undone by ROLLBACK TO
-    ///   SAVEPOINT. Outside a transaction block they last only for this call, so call it inside
-    ///   one.
+    ///   SAVEPOINT.
     /// - SQLite: a row of the `hare_outbox_context` table next to the outbox table (columns
     ///   `headers` and `payload`), valid only while SQLite's `defer_foreign_keys` flag is on,
     ///   which this call sets and SQLite itself switches off at COMMIT and ROLLBACK — so the
@@ -98,11 +97,17 @@ impl<B: CaptureBackend> Outbox<B> {
     ///   by an earlier transaction that did not clear it;
     ///   [`clear_context`](Self::clear_context) before COMMIT rules that out.
     ///
+    /// Call it inside a transaction (`&mut *tx` of a sqlx transaction or an
+    /// [`OutboxTransaction`](crate::OutboxTransaction)): outside one the context would end with
+    /// this very call and no captured event would carry it, so that is refused.
+    ///
     /// # Errors
     /// - [`Error::Validation`] as [`CaptureContext::validate`]: headers that are not a JSON
     ///   object or have an empty name; payload that is not a JSON object, has an empty key or a
     ///   key of the envelope's own ([`ENVELOPE_KEYS`](crate::capture::ENVELOPE_KEYS), named in
     ///   the message); nothing is stored and an earlier context stays.
+    /// - [`Error::Validation`] on field `conn` when `conn` is not inside a transaction begun by
+    ///   sqlx (`pool.begin()`, `conn.begin()`, [`Outbox::begin`](crate::Outbox::begin)).
     /// - [`Error::Database`] when the statement fails.
     pub async fn set_context(
         &self,
@@ -110,6 +115,13 @@ impl<B: CaptureBackend> Outbox<B> {
         context: impl Into<CaptureContext>,
     ) -> Result<()> {
         let (headers, payload) = context.into().validate()?;
+        if !self.backend().in_transaction(conn) {
+            return Err(Error::validation(
+                "conn",
+                "set_context needs a transaction: outside one the context ends with this call, \
+                 so no captured event would carry it; call it on `&mut *tx` of a begun transaction",
+            ));
+        }
         self.backend()
             .context_set(
                 conn,

@@ -96,9 +96,36 @@ pub struct PollOutcome {
 /// relay.stop().await?;
 /// # Ok(()) }
 /// ```
+///
+/// The relay is a cheap handle: clones share one relay (its counters, breakers, and the task of
+/// [`start`](Self::start)), so a clone can be moved into a task of your own:
+///
+/// ```no_run
+/// # async fn example(relay: hare_outbox_core::OutboxRelay<impl hare_outbox_core::Backend>) {
+/// use hare_outbox_core::CancellationToken;
+///
+/// let shutdown = CancellationToken::new();
+/// let task = tokio::spawn({
+///     let (relay, shutdown) = (relay.clone(), shutdown.clone());
+///     async move { relay.run(shutdown).await }
+/// });
+/// // … at shutdown:
+/// shutdown.cancel();
+/// # let _ = task.await;
+/// # }
+/// ```
 pub struct OutboxRelay<B: Backend> {
     inner: Arc<Inner<B>>,
-    running: std::sync::Mutex<Option<Running>>,
+    running: Arc<std::sync::Mutex<Option<Running>>>,
+}
+
+impl<B: Backend> Clone for OutboxRelay<B> {
+    fn clone(&self) -> Self {
+        OutboxRelay {
+            inner: Arc::clone(&self.inner),
+            running: Arc::clone(&self.running),
+        }
+    }
 }
 
 struct Running {
@@ -168,15 +195,15 @@ impl<B: Backend> OutboxRelay<B> {
                 key_cursor: std::sync::Mutex::default(),
                 gates,
             }),
-            running: std::sync::Mutex::new(None),
+            running: Arc::new(std::sync::Mutex::new(None)),
         })
     }
 
     /// Adds an observer of delivered, failed and dead-lettered events. Call before
-    /// [`start`](Self::start) or [`run`](Self::run).
+    /// [`start`](Self::start) or [`run`](Self::run), and before cloning the relay.
     ///
     /// # Panics
-    /// When the relay is running or was cloned into a running task.
+    /// When the relay is running or has clones.
     pub fn with_observer(mut self, observer: impl RelayObserver) -> Self {
         let inner = Arc::get_mut(&mut self.inner).expect("add observers before the relay runs");
         inner.observers.push(Arc::new(observer));
@@ -185,10 +212,11 @@ impl<B: Backend> OutboxRelay<B> {
 
     /// Keeps the breakers of this relay's destinations in `destinations`, a handle made
     /// beforehand and shared with whatever shows them (a dashboard's `/healthz`). Call before
-    /// [`start`](Self::start) or [`run`](Self::run); give each relay its own.
+    /// [`start`](Self::start) or [`run`](Self::run), and before cloning the relay; give each
+    /// relay its own.
     ///
     /// # Panics
-    /// When the relay is running or was cloned into a running task.
+    /// When the relay is running or has clones.
     pub fn with_destinations(mut self, destinations: Destinations) -> Self {
         let inner =
             Arc::get_mut(&mut self.inner).expect("set the destinations before the relay runs");
@@ -230,7 +258,8 @@ impl<B: Backend> OutboxRelay<B> {
     }
 
     /// Polls until `shutdown` is cancelled, then finishes and marks the batch in flight, closes
-    /// the delivery and returns. For embedding the relay in a runtime you already run.
+    /// the delivery and returns. For embedding the relay in a runtime you already run: spawn it
+    /// on a clone (`let relay = relay.clone(); tokio::spawn(async move { relay.run(token).await })`).
     ///
     /// Storage errors do not stop the loop: it logs them and backs off (0.5 s doubling up to
     /// 30 s, or the poll interval if longer) so a database outage is not hammered.
