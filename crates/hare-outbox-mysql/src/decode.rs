@@ -26,13 +26,15 @@ pub(crate) fn optional_json(row: &MySqlRow, column: &str) -> Result<Option<Value
     .transpose()
 }
 
-/// A UUID column stored as `BINARY(16)`, `None` when NULL.
+/// A UUID column stored as `BINARY(16)`, `None` when NULL. A hand-written row whose column holds
+/// the UUID's text (36 bytes, in a column a user widened) is read too.
 pub(crate) fn optional_uuid(row: &MySqlRow, column: &str) -> Result<Option<Uuid>> {
     let bytes: Option<Vec<u8>> = row.try_get_unchecked(column).map_err(translate)?;
     bytes
         .map(|bytes| {
             Uuid::from_slice(&bytes)
-                .map_err(|e| bad_column(column, format!("is not a 16-byte UUID: {e}")))
+                .or_else(|_| Uuid::try_parse_ascii(&bytes))
+                .map_err(|e| bad_column(column, format!("is not a UUID: {e}")))
         })
         .transpose()
 }

@@ -29,6 +29,12 @@ pub fn translate(error: sqlx::Error) -> Error {
         sqlx::Error::Database(db) => db.message().to_owned(),
         _ => String::new(),
     };
+    // "Field 'note' doesn't have a default value": a NOT NULL column the row left out.
+    let message = if code == 1364 {
+        format!("{message} (the NOT NULL column was given no value: null)")
+    } else {
+        message
+    };
     match code {
         1062 | 1451 | 1452 | 1048 | 1364 | 3819 | 4025 => Error::Integrity {
             message,

@@ -82,6 +82,9 @@ use crate::sql::{placeholders, render_table, statement};
 pub struct MySqlBackend {
     pool: MySqlPool,
     migrations: migrate::Migrations,
+    /// Whether the server takes `INSERT … RETURNING` (MariaDB ≥ 10.5), probed once on first
+    /// enqueue.
+    returning: std::sync::Arc<std::sync::OnceLock<bool>>,
 }
 
 /// Opens a pool on the MySQL or MariaDB server at `url` (`mysql://user:password@host:3306/db`;
@@ -114,6 +117,7 @@ impl MySqlBackend {
         MySqlBackend {
             pool,
             migrations: migrate::Migrations::default(),
+            returning: std::sync::Arc::default(),
         }
     }
 
@@ -335,6 +339,18 @@ async fn events_by_ids(
 }
 
 impl MySqlBackend {
+    /// Whether inserts can return their rows (`INSERT … RETURNING`, MariaDB ≥ 10.5): read from
+    /// the server's version on `conn` the first time.
+    async fn returning(&self, conn: &mut MySqlConnection) -> Result<bool> {
+        if let Some(known) = self.returning.get() {
+            return Ok(*known);
+        }
+        let version = migrate::server_version(conn).await?;
+        let mariadb = version.to_ascii_lowercase().contains("mariadb");
+        let _ = self.returning.set(mariadb);
+        Ok(mariadb)
+    }
+
     /// One event's INSERT, and for a taken idempotency key the stored event, on `conn`.
     async fn insert_one(
         &self,
@@ -343,11 +359,16 @@ impl MySqlBackend {
         params: &EventInsertParams,
     ) -> Result<Inserted> {
         let extra: Vec<&str> = params.extra.iter().map(|(c, _)| c.as_str()).collect();
-        let sql = sql::event_insert(table, &extra, 1);
+        let returning = self.returning(conn).await?;
+        let sql = sql::event_insert(table, &extra, 1, returning);
         let done = bind_message(sqlx::query(AssertSqlSafe(sql)), params)
-            .execute(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await;
         match done {
+            Ok(Some(row)) if returning => Ok(Inserted {
+                event: decode::event(table, &row)?,
+                created: true,
+            }),
             Ok(_) => {
                 let mut events = events_by_ids(conn, table, &[params.id]).await?;
                 let event = events.remove(&params.id).ok_or_else(|| {
@@ -431,6 +452,8 @@ impl MySqlBackend {
             .filter(|(_, plan)| matches!(plan, Plan::New))
             .map(|(p, _)| p)
             .collect();
+        let returning = self.returning(tx).await.map_err(InsertManyError::Core)?;
+        let mut by_id: HashMap<uuid::Uuid, OutboxEvent> = HashMap::with_capacity(new.len());
         let mut start = 0;
         while start < new.len() {
             let shape = new[start].shape();
@@ -439,25 +462,30 @@ impl MySqlBackend {
                 .unwrap_or(new.len());
             let extra: Vec<&str> = new[start].extra.iter().map(|(c, _)| c.as_str()).collect();
             for chunk in new[start..end].chunks(sql::rows_per_insert(extra.len())) {
-                let sql = sql::event_insert(table, &extra, chunk.len());
+                let sql = sql::event_insert(table, &extra, chunk.len(), returning);
                 let mut query = sqlx::query(AssertSqlSafe(sql));
                 for p in chunk {
                     query = bind_message(query, p);
                 }
-                if let Err(e) = query.execute(&mut *tx).await {
-                    return Err(if taken_key(&e, table) {
-                        InsertManyError::KeyTaken
-                    } else {
-                        InsertManyError::Core(translate(e))
-                    });
+                match query.fetch_all(&mut *tx).await {
+                    Ok(rows) => {
+                        for row in &rows {
+                            let event = decode::event(table, row).map_err(InsertManyError::Core)?;
+                            by_id.insert(event.id, event);
+                        }
+                    }
+                    Err(e) if taken_key(&e, table) => return Err(InsertManyError::KeyTaken),
+                    Err(e) => return Err(InsertManyError::Core(translate(e))),
                 }
             }
             start = end;
         }
-        let ids: Vec<uuid::Uuid> = new.iter().map(|p| p.id).collect();
-        let mut by_id = events_by_ids(tx, table, &ids)
-            .await
-            .map_err(InsertManyError::Core)?;
+        if !returning {
+            let ids: Vec<uuid::Uuid> = new.iter().map(|p| p.id).collect();
+            by_id = events_by_ids(tx, table, &ids)
+                .await
+                .map_err(InsertManyError::Core)?;
+        }
         let mut results: Vec<Inserted> = Vec::with_capacity(params.len());
         for (p, plan) in params.iter().zip(plans) {
             let inserted = match plan {

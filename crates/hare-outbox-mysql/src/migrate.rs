@@ -222,30 +222,61 @@ pub(crate) fn check_version(version: &str) -> Result<()> {
     Ok(())
 }
 
-/// Adds the declared extra columns `table` lacks (read from `information_schema`).
+/// Adds the declared extra columns `table` lacks (read from `information_schema`), all in one
+/// `ALTER TABLE` (atomic: all or none). A `NOT NULL` column is refused for a table that holds
+/// rows, as PostgreSQL refuses it (MySQL would fill it with the type's zero value).
+///
+/// # Errors
+/// [`Error::Integrity`] naming the column when a `NOT NULL` column meets rows;
+/// [`Error::Database`] when the server refuses the `ALTER`.
 async fn add_missing_columns(conn: &mut MySqlConnection, table: &OutboxTable) -> Result<()> {
     if table.columns().is_empty() {
         return Ok(());
     }
     let existing = columns(conn, table, table.name()).await?;
-    for column in table.columns().iter().filter(|c| {
-        !existing
-            .iter()
-            .any(|name| name.eq_ignore_ascii_case(c.name()))
-    }) {
-        let mut alter = format!(
-            "ALTER TABLE {} ADD COLUMN {}",
-            sql::qualified(table, table.name()),
-            sql::column_def(table, column)
-        );
-        if let Some(fk) = sql::foreign_key(table, column) {
-            alter.push_str(&format!(", ADD {fk}"));
-        }
-        sqlx::raw_sql(AssertSqlSafe(alter))
-            .execute(&mut *conn)
-            .await
-            .map_err(translate)?;
+    let missing: Vec<&hare_outbox_core::ExtraColumn> = table
+        .columns()
+        .iter()
+        .filter(|c| {
+            !existing
+                .iter()
+                .any(|name| name.eq_ignore_ascii_case(c.name()))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
+    let quoted = sql::qualified(table, table.name());
+    if let Some(required) = missing.iter().find(|c| c.is_not_null()) {
+        let rows: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(format!("SELECT 1 FROM {quoted} LIMIT 1")))
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(translate)?;
+        if rows.is_some() {
+            return Err(Error::Integrity {
+                message: format!(
+                    "cannot add the NOT NULL column {} to {table}: the table holds rows, which would be null in it",
+                    required.name()
+                ),
+                source: "NOT NULL column added to a table with rows".into(),
+            });
+        }
+    }
+    let mut clauses = Vec::new();
+    for column in missing {
+        clauses.push(format!("ADD COLUMN {}", sql::column_def(table, column)));
+        if let Some(fk) = sql::foreign_key(table, column) {
+            clauses.push(format!("ADD {fk}"));
+        }
+    }
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ALTER TABLE {quoted} {}",
+        clauses.join(", ")
+    )))
+    .execute(&mut *conn)
+    .await
+    .map_err(translate)?;
     Ok(())
 }
 

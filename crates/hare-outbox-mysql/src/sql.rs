@@ -198,8 +198,14 @@ fn insert_columns(extra: &[&str]) -> String {
 }
 
 /// The insert of `rows` messages setting the `extra` columns, in one statement (one row: the
-/// single insert). Cached per row count up to 16 rows, rendered afresh above.
-pub(crate) fn event_insert(table: &OutboxTable, extra: &[&str], rows: usize) -> Arc<str> {
+/// single insert), `RETURNING` the stored rows when `returning` (MariaDB). Cached per row count
+/// up to 16 rows, rendered afresh above.
+pub(crate) fn event_insert(
+    table: &OutboxTable,
+    extra: &[&str],
+    rows: usize,
+    returning: bool,
+) -> Arc<str> {
     let make = || {
         let row = format!(
             "({})",
@@ -211,13 +217,21 @@ pub(crate) fn event_insert(table: &OutboxTable, extra: &[&str], rows: usize) -> 
             &[
                 ("insert_columns", insert_columns(extra)),
                 ("insert_rows", vec![row; rows].join(",\n       ")),
+                (
+                    "returning",
+                    if returning { "RETURNING {columns}" } else { "" }.to_owned(),
+                ),
             ],
         )
     };
     if rows <= 16 {
-        cached(table, format!("insert {rows} {extra:?}"), make)
+        cached(
+            table,
+            format!("insert {rows} {returning} {extra:?}"),
+            || render_table(&make(), table, &[]),
+        )
     } else {
-        make().into()
+        render_table(&make(), table, &[]).into()
     }
 }
 

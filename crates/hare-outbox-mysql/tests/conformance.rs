@@ -31,8 +31,10 @@ impl Harness for My {
         self.0.pool.acquire().await.expect("acquire")
     }
 
+    /// Runs `sql` with its ISO 8601 UTC literals (`'2026-01-01T00:00:00.000000Z'`, which
+    /// `DATETIME` refuses) written as MySQL datetime literals.
     async fn try_execute_on(conn: &mut MySqlConnection, sql: &str) -> Result<(), String> {
-        try_execute(conn, sql).await
+        try_execute(conn, &datetime_literals(sql)).await
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
@@ -69,7 +71,11 @@ impl Harness for My {
     async fn reshape_outbox(&self, reshape: Reshape) {
         self.execute(match reshape {
             Reshape::Loosen => {
-                "ALTER TABLE outbox MODIFY id BINARY(16) NULL, MODIFY topic TEXT NOT NULL"
+                {
+                    // Room for a UUID's text and a topic past 255 characters (still indexable).
+                    "ALTER TABLE outbox MODIFY id VARBINARY(36) NULL, \
+                 MODIFY topic VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+                }
             }
             Reshape::TightenNote => {
                 "ALTER TABLE outbox MODIFY note TEXT NOT NULL, \
@@ -109,6 +115,37 @@ impl Harness for My {
     async fn close(self) {
         self.0.drop_database().await;
     }
+}
+
+/// `sql` with each quoted ISO 8601 UTC time (`'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'`) written as
+/// `'YYYY-MM-DD HH:MM:SS[.ffffff]'`.
+fn datetime_literals(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(start) = rest.find('\'') {
+        out.push_str(&rest[..=start]);
+        rest = &rest[start + 1..];
+        let Some(end) = rest.find('\'') else {
+            break;
+        };
+        let literal = &rest[..end];
+        let bytes = literal.as_bytes();
+        let iso = literal.len() >= 20
+            && bytes.get(10) == Some(&b'T')
+            && literal.ends_with('Z')
+            && literal[..10]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b == b'-');
+        if iso {
+            out.push_str(&literal[..literal.len() - 1].replacen('T', " ", 1));
+        } else {
+            out.push_str(literal);
+        }
+        out.push('\'');
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 hare_outbox_testkit::suite!(My);
