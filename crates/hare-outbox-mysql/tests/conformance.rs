@@ -148,4 +148,6 @@ fn datetime_literals(sql: &str) -> String {
     out
 }
 
-hare_outbox_testkit::suite!(My);
+// Change capture by triggers is not implemented on MySQL yet (`CaptureBackend` refuses with a
+// configuration error), so its two groups are left out until it is; every other scenario runs.
+hare_outbox_testkit::suite_except_capture!(My);
