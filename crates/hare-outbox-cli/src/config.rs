@@ -24,7 +24,7 @@ pub use crate::wakeup::{WakeupMode, WakeupSection, WakeupSettings};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    /// `postgres://…`, `postgresql://…` or `sqlite:FILE`.
+    /// `postgres://…`, `postgresql://…`, `mysql://…`, `mariadb://…` or `sqlite:FILE`.
     pub database_url: Option<String>,
     /// PostgreSQL: `true` when `database_url` goes through a transaction pooler (PgBouncer
     /// `pool_mode = transaction`): statements are sent unnamed, each relay statement in a
@@ -118,6 +118,8 @@ pub enum DbKind {
     Postgres,
     /// `sqlite:`.
     Sqlite,
+    /// `mysql://` or `mariadb://` (MySQL ≥ 8.0, MariaDB ≥ 10.6).
+    MySql,
 }
 
 impl DbKind {
@@ -131,9 +133,11 @@ impl DbKind {
             Ok(DbKind::Postgres)
         } else if lower.starts_with("sqlite:") {
             Ok(DbKind::Sqlite)
+        } else if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
+            Ok(DbKind::MySql)
         } else {
             Err(usage(format!(
-                "database URL {:?} has an unsupported scheme; allowed: postgres://…, postgresql://… or sqlite:FILE",
+                "database URL {:?} has an unsupported scheme; allowed: postgres://…, postgresql://…, mysql://…, mariadb://… or sqlite:FILE",
                 redact_url(url)
             )))
         }
@@ -738,6 +742,8 @@ mod tests {
         assert!(s.wakeup.check_backend(DbKind::Postgres).is_ok());
         let e = format!("{:#}", s.wakeup.check_backend(DbKind::Sqlite).unwrap_err());
         assert!(e.contains("listen_notify") && e.contains("sqlite"), "{e}");
+        let e = format!("{:#}", s.wakeup.check_backend(DbKind::MySql).unwrap_err());
+        assert!(e.contains("listen_notify") && e.contains("mysql"), "{e}");
 
         let e = parse("[wakeup]\nkind = \"pigeon\"")
             .unwrap_err()
@@ -1182,6 +1188,14 @@ mod tests {
         );
         assert_eq!(DbKind::from_url("sqlite:x.db").unwrap(), DbKind::Sqlite);
         assert_eq!(DbKind::from_url("sqlite://x.db").unwrap(), DbKind::Sqlite);
+        assert_eq!(
+            DbKind::from_url("mysql://root@127.0.0.1/app").unwrap(),
+            DbKind::MySql
+        );
+        assert_eq!(
+            DbKind::from_url("MariaDB://root@127.0.0.1/app").unwrap(),
+            DbKind::MySql
+        );
         assert!(DbKind::from_url("x.db").is_err());
     }
 }
