@@ -938,8 +938,8 @@ mod tests {
         );
         assert!(error_text("[relay]\ntopics = [\"doc.*.x\"]").contains("doc.*.x"));
         assert!(error_text("[relay]\ncleanup_batch_size = 0").contains("cleanup_batch_size"));
-        assert!(error_text("database_url = \"mysql://db/x\"").contains("mysql://db/x"));
-        assert!(error_text("database_url = \"mysql://db/x\"").contains("postgres://"));
+        assert!(error_text("database_url = \"oracle://db/x\"").contains("oracle://db/x"));
+        assert!(error_text("database_url = \"oracle://db/x\"").contains("postgres://"));
         assert!(error_text("table = \"a b\"").contains("a b"));
         assert!(error_text("[delivery]\nkind = \"webhook\"").contains("url"));
         assert!(error_text("[delivery]\nurl = \"http://x/\"").contains("kind"));
