@@ -411,7 +411,7 @@ impl MySqlBackend {
             .map_err(InsertManyError::Core)?;
         // What each message becomes: stored already, a repeat of an earlier message, or new.
         enum Plan {
-            Stored(OutboxEvent),
+            Stored(Box<OutboxEvent>),
             Repeat(usize),
             New,
         }
@@ -423,7 +423,7 @@ impl MySqlBackend {
             .enumerate()
             .map(|(i, (p, stored))| {
                 if let Some(event) = stored {
-                    return Plan::Stored(event);
+                    return Plan::Stored(Box::new(event));
                 }
                 let Some(key) = p.idempotency_key.clone() else {
                     return Plan::New;
@@ -490,7 +490,7 @@ impl MySqlBackend {
         for (p, plan) in params.iter().zip(plans) {
             let inserted = match plan {
                 Plan::Stored(event) => Inserted {
-                    event,
+                    event: *event,
                     created: false,
                 },
                 Plan::Repeat(j) => Inserted {

@@ -41,8 +41,10 @@ pub(crate) fn rows_per_insert(extra: usize) -> usize {
 }
 
 /// Every statement rendered so far, per table and shape, for the life of the process.
-static CACHE: LazyLock<Mutex<HashMap<(OutboxTable, String), Arc<str>>>> =
-    LazyLock::new(Mutex::default);
+static CACHE: LazyLock<Mutex<StatementCache>> = LazyLock::new(Mutex::default);
+
+/// Rendered statements by (table, shape).
+type StatementCache = HashMap<(OutboxTable, String), Arc<str>>;
 
 /// The statement of `table` and `shape`, rendered by `make` on first use.
 pub(crate) fn cached(
