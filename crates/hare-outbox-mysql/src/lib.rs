@@ -461,7 +461,7 @@ impl MySqlBackend {
                 .find(|&i| new[i].shape() != shape)
                 .unwrap_or(new.len());
             let extra: Vec<&str> = new[start].extra.iter().map(|(c, _)| c.as_str()).collect();
-            for chunk in new[start..end].chunks(sql::rows_per_insert(extra.len())) {
+            for chunk in sql::insert_chunks(&new[start..end], extra.len()) {
                 let sql = sql::event_insert(table, &extra, chunk.len(), returning);
                 let mut query = sqlx::query(AssertSqlSafe(sql));
                 for p in chunk {

@@ -40,6 +40,43 @@ pub(crate) fn rows_per_insert(extra: usize) -> usize {
     (MAX_BOUND_PARAMETERS / (INSERT_COLUMNS.len() + extra)).clamp(1, 1_000)
 }
 
+/// The most bytes of values one multi-row insert carries (4 MiB): well within
+/// `max_allowed_packet` (16 MiB by default on MariaDB 10.11, 64 MiB on MySQL 8.0), so a run of
+/// large payloads is split into several statements instead of being refused.
+pub(crate) const MAX_INSERT_BYTES: usize = 4 << 20;
+
+/// `run` split into the chunks one multi-row insert each takes: at most
+/// [`rows_per_insert`] rows and about [`MAX_INSERT_BYTES`] bytes of payload, headers and keys
+/// (extra values count 64 bytes a row; a single larger message is a chunk of its own).
+pub(crate) fn insert_chunks<'a>(
+    run: &'a [&'a hare_outbox_core::backend::EventInsertParams],
+    extra: usize,
+) -> Vec<&'a [&'a hare_outbox_core::backend::EventInsertParams]> {
+    let max_rows = rows_per_insert(extra);
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, p) in run.iter().enumerate() {
+        let size = p.payload.to_string().len()
+            + serde_json::Value::Object(p.headers.clone())
+                .to_string()
+                .len()
+            + p.topic.len()
+            + p.ordering_key.as_ref().map_or(0, String::len)
+            + p.idempotency_key.as_ref().map_or(0, String::len)
+            + 64;
+        if i > start && (i - start >= max_rows || bytes + size > MAX_INSERT_BYTES) {
+            chunks.push(&run[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < run.len() {
+        chunks.push(&run[start..]);
+    }
+    chunks
+}
+
 /// Every statement rendered so far, per table and shape, for the life of the process.
 static CACHE: LazyLock<Mutex<StatementCache>> = LazyLock::new(Mutex::default);
 
@@ -284,6 +321,32 @@ pub(crate) fn placeholders(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_split_by_rows_and_by_bytes() {
+        use hare_outbox_core::backend::EventInsertParams;
+        let message = |size: usize| {
+            EventInsertParams::new(
+                uuid::Uuid::nil(),
+                "t".to_owned(),
+                serde_json::Value::String("x".repeat(size)),
+                serde_json::Map::new(),
+                None,
+                None,
+            )
+        };
+        let small: Vec<EventInsertParams> = (0..2_500).map(|_| message(10)).collect();
+        let refs: Vec<&EventInsertParams> = small.iter().collect();
+        let sizes: Vec<usize> = insert_chunks(&refs, 0).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [1_000, 1_000, 500]);
+        let large: Vec<EventInsertParams> = (0..5).map(|_| message(1 << 20)).collect();
+        let refs: Vec<&EventInsertParams> = large.iter().collect();
+        let sizes: Vec<usize> = insert_chunks(&refs, 0).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [3, 2]);
+        let huge = [message(5 << 20)];
+        let refs: Vec<&EventInsertParams> = huge.iter().collect();
+        assert_eq!(insert_chunks(&refs, 0).len(), 1);
+    }
 
     #[test]
     fn identifiers_are_quoted_and_qualified() {
