@@ -1,14 +1,10 @@
--- One step of the held keys' walk: the heads of the next {chunk} keys after ? (a loose scan of
--- the pending-key index, one probe per key), each with whether it holds its key back
--- (dead-lettered or failed at least once) and the undelivered events of its key counted up to
--- the cap ({count_cap}); the event columns only of held heads.
+-- One step of the held keys' walk: the next {scan} undelivered events in pending-key index
+-- order after key ?, each with whether it holds its key back (dead-lettered or failed at least
+-- once); the first row of each key is its head. A bounded range read, as lease_walk.sql: a key
+-- with a long backlog fills a step alone and the next step seeks past it.
 SELECT o.sequence AS head, o.ordering_key AS head_key,
        CAST(o.dead_lettered_at IS NOT NULL OR o.attempts > 0 AS SIGNED) AS held
-FROM (SELECT k.ordering_key, MIN(k.sequence) AS head
-      FROM {table} AS k FORCE INDEX ({pending_key_idx})
-      WHERE k.undelivered = 1 AND k.ordering_key > ?
-      GROUP BY k.ordering_key
-      ORDER BY k.ordering_key
-      LIMIT {chunk}) AS w
-JOIN {table} AS o ON o.sequence = w.head
-ORDER BY o.ordering_key
+FROM {table} AS o FORCE INDEX ({pending_key_idx})
+WHERE o.undelivered = 1 AND o.ordering_key > ?
+ORDER BY o.undelivered, o.ordering_key, o.sequence
+LIMIT {scan}

@@ -2,9 +2,10 @@
 //! few statements in one `READ COMMITTED` transaction (MySQL has no `LATERAL` on MariaDB and no
 //! `UPDATE … RETURNING`).
 //!
-//! 1. The walk over ordering keys (`lease_walk.sql`): from the cursor, in chunks, the head of
-//!    each next key (a loose scan of the pending-key index: one probe per key, whatever its
-//!    backlog) with whether it may be leased, wrapping around once. It stops after `limit` heads
+//! 1. The walk over ordering keys (`lease_walk.sql`): from the cursor, in steps that each read
+//!    a bounded range of the pending-key index, the head of each next key with whether it may be
+//!    leased, wrapping around once; a key with a long backlog costs one step, never a read of
+//!    its backlog. It stops after `limit` heads
 //!    that may be leased, or once it holds `min_keys` of them whose runs fill the batch (each
 //!    key counting with up to `fill_cap` of its undelivered events).
 //! 2. The heads that may be leased are locked with `FOR UPDATE SKIP LOCKED` (`lease_lock.sql`);
@@ -129,7 +130,8 @@ async fn lease_in(
     let run_limit = (params.max_events_per_key.max(1) - 1).min(limit - 1).max(0);
     let min_keys = params.min_keys.clamp(1, limit);
     let fill_cap = ((limit + min_keys - 1) / min_keys).min(run_limit + 1);
-    let chunk = min_keys.max(16).min(limit);
+    // Index entries one step of the walk reads: room for several keys' heads and some backlog.
+    let scan = (min_keys.max(16).min(limit) * 4).max(64);
 
     // 1. The walk, with the runs of the ready heads when they count towards filling the batch.
     let cursor = params.key_cursor.as_str();
@@ -140,7 +142,7 @@ async fn lease_in(
     let mut wrapped = false;
     'walk: loop {
         let upto = if wrapped {
-            " AND k.ordering_key <= ?"
+            " AND o.ordering_key <= ?"
         } else {
             ""
         };
@@ -149,24 +151,27 @@ async fn lease_in(
             "walk",
             include_str!("../queries/lease_walk.sql"),
             filtered,
-            vec![("upto", upto.to_owned()), ("chunk", chunk.to_string())],
+            vec![("upto", upto.to_owned()), ("scan", scan.to_string())],
         );
         let mut query = bind_ready(sqlx::query(AssertSqlSafe(sql)), now, topics).bind(&after);
         if wrapped {
             query = query.bind(cursor);
         }
         let rows = query.fetch_all(&mut *conn).await.map_err(translate)?;
-        let heads: Vec<Head> = rows
-            .iter()
-            .map(|row| {
-                Ok(Head {
-                    sequence: row.try_get("sequence").map_err(translate)?,
-                    key: row.try_get("ordering_key").map_err(translate)?,
-                    ready: row.try_get::<i64, _>("ready").map_err(translate)? != 0,
-                })
-            })
-            .collect::<Result<_>>()?;
-        let exhausted = (heads.len() as i64) < chunk;
+        let exhausted = (rows.len() as i64) < scan;
+        // The first row of each key is its head.
+        let mut heads: Vec<Head> = Vec::new();
+        for row in &rows {
+            let key: String = row.try_get("ordering_key").map_err(translate)?;
+            if heads.last().is_some_and(|h| h.key == key) {
+                continue;
+            }
+            heads.push(Head {
+                sequence: row.try_get("sequence").map_err(translate)?,
+                key,
+                ready: row.try_get::<i64, _>("ready").map_err(translate)? != 0,
+            });
+        }
         if run_limit > 0 {
             let ready: Vec<&Head> = heads.iter().filter(|h| h.ready).collect();
             runs.extend(fetch_runs(conn, table, &ready, run_limit, now, topics, filtered).await?);

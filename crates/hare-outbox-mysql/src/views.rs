@@ -49,8 +49,8 @@ pub(crate) async fn neighbours(
     ))
 }
 
-/// One page of held keys: a walk over the distinct keys from `params.after` in chunks, one
-/// index probe per key, stopping after `limit` held keys or `max_walk` keys walked; then each
+/// One page of held keys: a walk over the distinct keys from `params.after` in steps that each
+/// read a bounded range of the pending-key index (a key's backlog costs at most one step), stopping after `limit` held keys or `max_walk` keys walked; then each
 /// held head read and its key's undelivered events counted up to `count_cap`.
 pub(crate) async fn held_keys(
     pool: &MySqlPool,
@@ -58,11 +58,11 @@ pub(crate) async fn held_keys(
     params: &KeyHeldListParams,
 ) -> Result<HeldKeyPage> {
     let mut conn = pool.acquire().await.map_err(translate)?;
-    let chunk = params.max_walk.clamp(1, 100);
+    let scan = (params.max_walk.clamp(1, 100) * 4).max(64);
     let walk = render_table(
         include_str!("../queries/key_held_walk.sql"),
         table,
-        &[("chunk", chunk.to_string())],
+        &[("scan", scan.to_string())],
     );
     let mut after = params.after.clone();
     let mut walked = 0_i64;
@@ -74,12 +74,16 @@ pub(crate) async fn held_keys(
             .fetch_all(&mut *conn)
             .await
             .map_err(translate)?;
-        let exhausted = (rows.len() as i64) < chunk;
+        let exhausted = (rows.len() as i64) < scan;
         for row in &rows {
+            let key: String = row.try_get("head_key").map_err(translate)?;
+            if last_key.as_deref() == Some(key.as_str()) {
+                // A later event of a key already walked: only the first row is its head.
+                continue;
+            }
             if held.len() as i64 >= params.limit || walked >= params.max_walk {
                 break 'walk;
             }
-            let key: String = row.try_get("head_key").map_err(translate)?;
             walked += 1;
             if row.try_get::<i64, _>("held").map_err(translate)? != 0 {
                 held.push(row.try_get("head").map_err(translate)?);
