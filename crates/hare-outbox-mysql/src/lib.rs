@@ -136,6 +136,18 @@ impl MySqlBackend {
         self
     }
 
+    /// Inserts without `RETURNING`, reading the rows back by id as on MySQL, whatever the
+    /// server: for tests of the MySQL path on MariaDB. Not a stable interface.
+    #[doc(hidden)]
+    pub fn without_insert_returning(self) -> Self {
+        let returning = std::sync::OnceLock::new();
+        let _ = returning.set(false);
+        MySqlBackend {
+            returning: std::sync::Arc::new(returning),
+            ..self
+        }
+    }
+
     /// The pool the relay's statements run on.
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
