@@ -220,6 +220,28 @@ INI
   wait_port 16432 PgBouncer
 }
 
+# MariaDB (or MySQL) for hare-outbox-mysql: root without a password on 127.0.0.1:3306, each test
+# in a database of its own; the database `test` is created for ad-hoc use.
+export HARE_OUTBOX_TEST_MYSQL_URL="${HARE_OUTBOX_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}"
+
+start_mariadb() {
+  command -v mariadb >/dev/null || command -v mysql >/dev/null || install_debian mariadb-server
+  if ! port_open 3306; then
+    say "starting MariaDB"
+    if [ -x /etc/init.d/mariadb ]; then
+      service mariadb start >/dev/null || true
+    fi
+    if ! port_open 3306 && command -v mysqld_safe >/dev/null; then
+      mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+      nohup mysqld_safe --bind-address=127.0.0.1 >/var/log/mysqld_safe.log 2>&1 &
+    fi
+    wait_port 3306 MariaDB
+  fi
+  local client
+  client="$(command -v mariadb || command -v mysql)"
+  "$client" -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null
+}
+
 # libfaketime for the clock-skew test of hare-outbox-cli (a relay whose clock runs ahead).
 prepare_faketime() {
   command -v faketime >/dev/null && return
@@ -236,6 +258,7 @@ prepare_chromium() {
 start_postgres
 ensure_test_database
 start_pgbouncer
+start_mariadb
 prepare_faketime
 prepare_chromium
 start_redis

@@ -43,7 +43,7 @@ pub struct Cli {
     )]
     pub config: Option<PathBuf>,
 
-    /// Database URL: postgres://…, postgresql://… or sqlite:FILE; overrides `database_url`
+    /// Database URL: postgres://…, postgresql://…, mysql://…, mariadb://… or sqlite:FILE; overrides `database_url`
     #[arg(
         long,
         global = true,

@@ -1,11 +1,12 @@
 //! `migrate`, `schema` and `relay`: written once, generic over the backend (the wake-up aside,
-//! which only PostgreSQL has).
+//! which only PostgreSQL has): PostgreSQL, SQLite, MySQL / MariaDB.
 
 use std::str::FromStr as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use hare_outbox::backend::Backend;
+use hare_outbox::mysql::MySqlBackend;
 use hare_outbox::postgres::{ListenNotifyWakeup, NotifyMode, PgBackend};
 use hare_outbox::sqlite::SqliteBackend;
 use hare_outbox::{CancellationToken, Outbox, OutboxRelay};
@@ -23,6 +24,8 @@ pub enum Db {
     Postgres(PgBackend),
     /// SQLite.
     Sqlite(SqliteBackend),
+    /// MySQL or MariaDB.
+    MySql(MySqlBackend),
 }
 
 /// Runs `$body` with `$backend` bound to the backend inside `$db`, whatever its type.
@@ -31,6 +34,7 @@ macro_rules! with_backend {
         match $db {
             $crate::commands::Db::Postgres($backend) => $body,
             $crate::commands::Db::Sqlite($backend) => $body,
+            $crate::commands::Db::MySql($backend) => $body,
         }
     };
 }
@@ -145,6 +149,35 @@ impl Db {
                     .with_context(|| format!("opening {shown} failed"))?;
                 Ok(Db::Sqlite(SqliteBackend::new(pool)))
             }
+            DbKind::MySql => {
+                let options = hare_outbox::mysql::connect_options(&database.url).map_err(|e| {
+                    usage(format!(
+                        "database URL {shown} is not valid: {}",
+                        in_text(&e.to_string())
+                    ))
+                })?;
+                // One plain connection first: a pool reports only "timed out", this says why.
+                let first = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    sqlx::MySqlConnection::connect_with(&options),
+                )
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "connecting to {shown} failed: no answer within {} s",
+                        CONNECT_TIMEOUT.as_secs()
+                    )
+                })?
+                .with_context(|| format!("connecting to {shown} failed"))?;
+                first.close().await.ok();
+                let pool = sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(5)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .connect_with(options)
+                    .await
+                    .with_context(|| format!("connecting to {shown} failed"))?;
+                Ok(Db::MySql(MySqlBackend::new(pool)))
+            }
         }
     }
 
@@ -167,6 +200,14 @@ impl Db {
                     usage(format!("database URL {shown}: {}", in_text(&e.to_string())))
                 })?,
             )),
+            DbKind::MySql => {
+                let options = hare_outbox::mysql::connect_options(&database.url).map_err(|e| {
+                    usage(format!("database URL {shown}: {}", in_text(&e.to_string())))
+                })?;
+                Db::MySql(MySqlBackend::new(
+                    sqlx::mysql::MySqlPoolOptions::new().connect_lazy_with(options),
+                ))
+            }
         })
     }
 }
@@ -291,6 +332,21 @@ pub async fn relay(
             .await
         }
         Db::Sqlite(backend) => {
+            let mut outbox = Outbox::new(backend, settings.table.clone());
+            if let Some(wakeup) = broker_wakeup {
+                outbox = outbox.with_shared_wakeup(wakeup)?;
+            }
+            relay_on(
+                outbox,
+                settings,
+                delivery,
+                create_table,
+                destinations,
+                shutdown,
+            )
+            .await
+        }
+        Db::MySql(backend) => {
             let mut outbox = Outbox::new(backend, settings.table.clone());
             if let Some(wakeup) = broker_wakeup {
                 outbox = outbox.with_shared_wakeup(wakeup)?;

@@ -24,7 +24,7 @@ pub use crate::wakeup::{WakeupMode, WakeupSection, WakeupSettings};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    /// `postgres://…`, `postgresql://…` or `sqlite:FILE`.
+    /// `postgres://…`, `postgresql://…`, `mysql://…`, `mariadb://…` or `sqlite:FILE`.
     pub database_url: Option<String>,
     /// PostgreSQL: `true` when `database_url` goes through a transaction pooler (PgBouncer
     /// `pool_mode = transaction`): statements are sent unnamed, each relay statement in a
@@ -118,6 +118,8 @@ pub enum DbKind {
     Postgres,
     /// `sqlite:`.
     Sqlite,
+    /// `mysql://` or `mariadb://` (MySQL ≥ 8.0, MariaDB ≥ 10.6).
+    MySql,
 }
 
 impl DbKind {
@@ -131,9 +133,11 @@ impl DbKind {
             Ok(DbKind::Postgres)
         } else if lower.starts_with("sqlite:") {
             Ok(DbKind::Sqlite)
+        } else if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
+            Ok(DbKind::MySql)
         } else {
             Err(usage(format!(
-                "database URL {:?} has an unsupported scheme; allowed: postgres://…, postgresql://… or sqlite:FILE",
+                "database URL {:?} has an unsupported scheme; allowed: postgres://…, postgresql://…, mysql://…, mariadb://… or sqlite:FILE",
                 redact_url(url)
             )))
         }
@@ -744,6 +748,8 @@ mod tests {
         assert!(s.wakeup.check_backend(DbKind::Postgres).is_ok());
         let e = format!("{:#}", s.wakeup.check_backend(DbKind::Sqlite).unwrap_err());
         assert!(e.contains("listen_notify") && e.contains("sqlite"), "{e}");
+        let e = format!("{:#}", s.wakeup.check_backend(DbKind::MySql).unwrap_err());
+        assert!(e.contains("listen_notify") && e.contains("mysql"), "{e}");
 
         let e = parse("[wakeup]\nkind = \"pigeon\"")
             .unwrap_err()
@@ -953,8 +959,8 @@ mod tests {
         );
         assert!(error_text("[relay]\ntopics = [\"doc.*.x\"]").contains("doc.*.x"));
         assert!(error_text("[relay]\ncleanup_batch_size = 0").contains("cleanup_batch_size"));
-        assert!(error_text("database_url = \"mysql://db/x\"").contains("mysql://db/x"));
-        assert!(error_text("database_url = \"mysql://db/x\"").contains("postgres://"));
+        assert!(error_text("database_url = \"oracle://db/x\"").contains("oracle://db/x"));
+        assert!(error_text("database_url = \"oracle://db/x\"").contains("postgres://"));
         assert!(error_text("table = \"a b\"").contains("a b"));
         assert!(error_text("[delivery]\nkind = \"webhook\"").contains("url"));
         assert!(error_text("[delivery]\nurl = \"http://x/\"").contains("kind"));
@@ -1203,6 +1209,14 @@ mod tests {
         );
         assert_eq!(DbKind::from_url("sqlite:x.db").unwrap(), DbKind::Sqlite);
         assert_eq!(DbKind::from_url("sqlite://x.db").unwrap(), DbKind::Sqlite);
+        assert_eq!(
+            DbKind::from_url("mysql://root@127.0.0.1/app").unwrap(),
+            DbKind::MySql
+        );
+        assert_eq!(
+            DbKind::from_url("MariaDB://root@127.0.0.1/app").unwrap(),
+            DbKind::MySql
+        );
         assert!(DbKind::from_url("x.db").is_err());
     }
 }

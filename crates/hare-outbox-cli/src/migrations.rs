@@ -32,7 +32,7 @@ enum Source {
 /// When the URL is refused or the database cannot be reached.
 async fn open_existing(database: &Database) -> anyhow::Result<Option<Db>> {
     match database.kind {
-        DbKind::Postgres => Db::connect(database).await.map(Some),
+        DbKind::Postgres | DbKind::MySql => Db::connect(database).await.map(Some),
         DbKind::Sqlite => {
             let shown = redact_url(&database.url);
             let options = sqlx::sqlite::SqliteConnectOptions::from_str(&database.url)

@@ -178,6 +178,9 @@ impl WakeupSettings {
             (WakeupSettings::ListenNotify { .. }, DbKind::Sqlite) => Err(usage(
                 "[wakeup] kind = \"listen_notify\" needs PostgreSQL LISTEN/NOTIFY, but the database URL selects the sqlite backend; use kind = \"none\" (the relay polls), a broker wake-up (redis, nats, rabbitmq, kafka) or a postgres:// URL",
             )),
+            (WakeupSettings::ListenNotify { .. }, DbKind::MySql) => Err(usage(
+                "[wakeup] kind = \"listen_notify\" needs PostgreSQL LISTEN/NOTIFY, but the database URL selects the mysql backend (MySQL and MariaDB have no LISTEN/NOTIFY); use kind = \"none\" (the relay polls), a broker wake-up (redis, nats, rabbitmq, kafka) or a postgres:// URL",
+            )),
             _ => Ok(()),
         }
     }

@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod http;
 pub mod logs;
+pub mod mysql;
 pub mod net;
 pub mod outage;
 pub mod pg;

@@ -52,6 +52,7 @@
 //! |---|---|
 //! | `sqlite` (default) | [`sqlite::SqliteBackend`]: the embedded database, a single file, no server |
 //! | `postgres` | [`postgres::PgBackend`]: PostgreSQL ≥ 13, `FOR UPDATE SKIP LOCKED` leases |
+//! | `mysql` | [`mysql::MySqlBackend`]: MySQL ≥ 8.0 and MariaDB ≥ 10.6, `FOR UPDATE SKIP LOCKED` leases (no change capture yet) |
 //! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures, per-event targets, `allows_url`, attempt records |
 //! | `redis` | [`redis::RedisStreamsDelivery`] (XADD, one pipeline per batch) and [`redis::RedisWakeup`] |
 //! | `rabbitmq` | [`rabbitmq::RabbitMqDelivery`] (persistent, publisher confirms) and [`rabbitmq::RabbitMqWakeup`] |
@@ -103,6 +104,13 @@ pub mod backend {
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
     pub use hare_outbox_postgres::*;
+}
+
+/// The MySQL / MariaDB backend (`hare-outbox-mysql`).
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub mod mysql {
+    pub use hare_outbox_mysql::*;
 }
 
 /// The SQLite backend.

@@ -96,6 +96,40 @@ pub trait RowEditor {
 #[macro_export]
 macro_rules! suite {
     ($harness:ident) => {
+        $crate::suite_except_capture!($harness);
+        $crate::suite!(@modules $harness;
+            capture: [
+                changes_mode_writes_the_journal_with_the_author,
+                context_headers_and_tenant_from_the_row,
+                a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256,
+                envelope_of_insert_update_delete,
+                every_touched_row_writes_an_event_by_default,
+                events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers,
+                install_is_idempotent_replaces_reports_drift_and_uninstalls,
+                install_refuses_bad_declarations_and_installs_nothing,
+                payload_modes_keys_before_and_after_changes,
+                skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
+            ],
+            capture_context: [
+                context_payload_keys_are_merged_into_every_captured_envelope,
+                context_payload_keys_of_the_envelopes_own_are_refused,
+            ],
+            capture_writes: [
+                a_many_to_many_link_table_is_just_a_table,
+                a_statement_failing_after_the_trigger_fired_leaves_no_event,
+                another_outbox_shaped_table_is_refused,
+                cascades_and_set_null_done_by_the_database_are_captured,
+                composite_key_is_an_object_and_joins_the_ordering_key,
+                fields_limit_the_rows_and_updates_of_other_columns_write_nothing,
+                multi_row_update_and_delete_by_hand_written_sql,
+                quotes_in_names_labels_and_templates_cannot_break_out,
+                rollback_to_savepoint_takes_that_parts_events,
+                unordered_capture_writes_no_ordering_key,
+                upserts_capture_updated_inserted_or_nothing,
+            ],
+        );
+    };
+    (@rest $harness:ident) => {
         $crate::suite!(@modules $harness;
             enqueue: [
                 a_validation_error_writes_nothing,
@@ -147,35 +181,6 @@ macro_rules! suite {
             dead_letters: [
                 retry_without_ids_takes_every_dead_letter_of_the_topics_and_nothing_published,
                 retrying_a_dead_letter_releases_its_key,
-            ],
-            capture: [
-                changes_mode_writes_the_journal_with_the_author,
-                context_headers_and_tenant_from_the_row,
-                a_key_over_255_characters_keeps_its_start_and_ends_with_its_sha256,
-                envelope_of_insert_update_delete,
-                every_touched_row_writes_an_event_by_default,
-                events_of_one_row_are_delivered_in_commit_order_under_concurrent_writers,
-                install_is_idempotent_replaces_reports_drift_and_uninstalls,
-                install_refuses_bad_declarations_and_installs_nothing,
-                payload_modes_keys_before_and_after_changes,
-                skip_unchanged_writes_nothing_for_rows_that_kept_their_captured_values,
-            ],
-            capture_context: [
-                context_payload_keys_are_merged_into_every_captured_envelope,
-                context_payload_keys_of_the_envelopes_own_are_refused,
-            ],
-            capture_writes: [
-                a_many_to_many_link_table_is_just_a_table,
-                a_statement_failing_after_the_trigger_fired_leaves_no_event,
-                another_outbox_shaped_table_is_refused,
-                cascades_and_set_null_done_by_the_database_are_captured,
-                composite_key_is_an_object_and_joins_the_ordering_key,
-                fields_limit_the_rows_and_updates_of_other_columns_write_nothing,
-                multi_row_update_and_delete_by_hand_written_sql,
-                quotes_in_names_labels_and_templates_cannot_break_out,
-                rollback_to_savepoint_takes_that_parts_events,
-                unordered_capture_writes_no_ordering_key,
-                upserts_capture_updated_inserted_or_nothing,
             ],
             observers: [
                 a_failure_whose_mark_changed_nothing_is_not_reported,
@@ -304,5 +309,15 @@ macro_rules! suite {
                 )*
             }
         )*
+    };
+}
+
+/// Every scenario of [`suite!`](crate::suite) except the change capture groups (`capture::…`,
+/// `capture_writes::…`): for a backend whose capture triggers are not written yet (MySQL), so
+/// the rest of the suite runs on it. A backend with change capture calls [`suite!`](crate::suite).
+#[macro_export]
+macro_rules! suite_except_capture {
+    ($harness:ident) => {
+        $crate::suite!(@rest $harness);
     };
 }

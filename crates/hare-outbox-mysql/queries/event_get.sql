@@ -1,0 +1,1 @@
+SELECT {columns} FROM {table} WHERE id = ?

@@ -1,0 +1,400 @@
+//! The journal's reads on MySQL: a page of events with filters and keyset pagination, and the
+//! timeline of the dashboard's charts.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use hare_outbox_core::journal::{
+    AUTHOR_HEADER, Cursor, EventQuery, MAX_TIMELINE_BUCKETS, ObjectName, TimelineBucket,
+    TimelineParams,
+};
+use hare_outbox_core::{Error, EventStatus, OutboxEvent, OutboxTable, Result};
+use sqlx::mysql::MySqlPool;
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::bind_topics;
+use crate::decode;
+use crate::error::translate;
+use crate::sql::{cached, render_table, topic_filter};
+
+/// The journal's object name by captured table: the payload's `table` when it is a string, else
+/// its `model` when that is one (NULL otherwise, which matches nothing).
+const OBJECT_BY_TABLE: &str = "CASE WHEN JSON_TYPE(JSON_EXTRACT(o.payload, '$.table')) = 'STRING' \
+     THEN JSON_UNQUOTE(JSON_EXTRACT(o.payload, '$.table')) \
+     WHEN JSON_TYPE(JSON_EXTRACT(o.payload, '$.model')) = 'STRING' \
+     THEN JSON_UNQUOTE(JSON_EXTRACT(o.payload, '$.model')) END";
+
+/// The journal's object name by the capture's label: the payload's `model` when it is a string.
+const OBJECT_BY_LABEL: &str = "CASE WHEN JSON_TYPE(JSON_EXTRACT(o.payload, '$.model')) = 'STRING' \
+     THEN JSON_UNQUOTE(JSON_EXTRACT(o.payload, '$.model')) END";
+
+/// The five status flags of `statuses`: pending, leased, retrying, dead, published.
+fn status_flags(statuses: &[EventStatus]) -> [bool; 5] {
+    let has = |status| statuses.contains(&status);
+    [
+        has(EventStatus::Pending),
+        has(EventStatus::Leased),
+        has(EventStatus::Retrying),
+        has(EventStatus::Dead),
+        has(EventStatus::Published),
+    ]
+}
+
+/// The JSON path of the [`AUTHOR_HEADER`] header (`$."author"`).
+fn author_path() -> String {
+    format!("$.\"{}\"", AUTHOR_HEADER.replace('"', "\\\""))
+}
+
+/// The object filter's key as JSON text when it reads as JSON other than a string (`22`,
+/// `{"order": 22, "line": 1}`), compared as JSON whatever the stored key order; `None` otherwise.
+fn pk_json(pk: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(pk) {
+        Ok(value) if !value.is_string() => Some(value.to_string()),
+        _ => None,
+    }
+}
+
+/// The statement of one journal page (cached per direction and object name).
+fn list_sql(table: &OutboxTable, ascending: bool, object_name: ObjectName) -> std::sync::Arc<str> {
+    let (keyset, order) = if ascending {
+        (">", "ASC")
+    } else {
+        ("<", "DESC")
+    };
+    let object = match object_name {
+        ObjectName::Label => OBJECT_BY_LABEL,
+        _ => OBJECT_BY_TABLE,
+    };
+    cached(table, format!("list {ascending} {object_name:?}"), || {
+        render_table(
+            include_str!("../queries/event_list.sql"),
+            table,
+            &[
+                ("keyset", keyset.to_owned()),
+                ("order", order.to_owned()),
+                ("object_name", object.to_owned()),
+                ("topic_filter:o", topic_filter("o")),
+            ],
+        )
+    })
+}
+
+/// One page of events matching `query` (see `queries/event_list.sql`).
+///
+/// # Errors
+/// [`Error::Database`] when the query fails or a row cannot be decoded.
+pub(crate) async fn list(
+    pool: &MySqlPool,
+    table: &OutboxTable,
+    query: &EventQuery,
+) -> Result<Vec<OutboxEvent>> {
+    let (ascending, cursor) = match query.cursor {
+        Cursor::Newest => (false, i64::MAX),
+        Cursor::Before(sequence) => (false, sequence),
+        Cursor::After(sequence) => (true, sequence),
+    };
+    let [pending, leased, retrying, dead, published] = status_flags(&query.statuses);
+    let object = query.object.as_ref();
+    let model = object.map(|o| o.model.as_str());
+    let pk = object.and_then(|o| o.pk.as_deref());
+    let json = pk.and_then(pk_json);
+    let statement =
+        sqlx::query(AssertSqlSafe(list_sql(table, ascending, query.object_name))).bind(cursor);
+    let rows = bind_topics(statement, &query.topics)
+        .bind(query.statuses.is_empty())
+        .bind(published)
+        .bind(dead)
+        .bind(leased)
+        .bind(retrying)
+        .bind(pending)
+        .bind(model)
+        .bind(model)
+        .bind(pk)
+        .bind(pk)
+        .bind(json.clone())
+        .bind(json.clone())
+        .bind(json)
+        .bind(query.author.as_deref())
+        .bind(author_path())
+        .bind(author_path())
+        .bind(query.author.as_deref())
+        .bind(query.created_from)
+        .bind(query.created_from)
+        .bind(query.created_until)
+        .bind(query.created_until)
+        .bind(i64::from(query.limit))
+        .fetch_all(pool)
+        .await
+        .map_err(translate)?;
+    rows.iter().map(|row| decode::event(table, row)).collect()
+}
+
+/// The buckets of a timeline in whole microseconds, the resolution timestamps are stored with:
+/// bucket `k` spans `[since + k·width, since + (k+1)·width)`, the last one ends at `until`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grid {
+    pub(crate) since_us: i64,
+    pub(crate) until_us: i64,
+    pub(crate) width_us: i64,
+    pub(crate) buckets: i64,
+}
+
+impl Grid {
+    /// The grid of `params`.
+    ///
+    /// # Errors
+    /// [`Error::Validation`] when `buckets` is 0 or above [`MAX_TIMELINE_BUCKETS`], when `since`
+    /// is not before `until`, or when the window is shorter than one microsecond per bucket.
+    pub(crate) fn new(params: &TimelineParams) -> Result<Grid> {
+        if params.buckets == 0 || params.buckets > MAX_TIMELINE_BUCKETS {
+            return Err(Error::validation(
+                "buckets",
+                format!(
+                    "{} timeline buckets are not allowed; use 1 to {MAX_TIMELINE_BUCKETS}",
+                    params.buckets
+                ),
+            ));
+        }
+        if params.since >= params.until {
+            return Err(Error::validation(
+                "since",
+                format!(
+                    "timeline start {} is not before its end {}",
+                    params.since, params.until
+                ),
+            ));
+        }
+        let since_us = params.since.timestamp_micros();
+        let until_us = params.until.timestamp_micros();
+        let buckets = i64::from(params.buckets);
+        let width_us = (until_us - since_us) / buckets;
+        if width_us == 0 {
+            return Err(Error::validation(
+                "buckets",
+                format!(
+                    "a timeline window of {} µs cannot hold {buckets} buckets; use at most one bucket per microsecond",
+                    until_us - since_us
+                ),
+            ));
+        }
+        Ok(Grid {
+            since_us,
+            until_us,
+            width_us,
+            buckets,
+        })
+    }
+
+    /// Start and end of bucket `k` in microseconds since the Unix epoch.
+    pub(crate) fn bounds(&self, k: i64) -> (i64, i64) {
+        let start = self.since_us + k * self.width_us;
+        let end = if k + 1 == self.buckets {
+            self.until_us
+        } else {
+            start + self.width_us
+        };
+        (start, end)
+    }
+
+    /// `micros` since the Unix epoch as a time.
+    pub(crate) fn time(micros: i64) -> Result<DateTime<Utc>> {
+        DateTime::from_timestamp_micros(micros).ok_or_else(|| {
+            Error::validation(
+                "since",
+                format!("{micros} µs since the Unix epoch is not a representable time"),
+            )
+        })
+    }
+}
+
+/// The counts of one bucket: created, published, dead-lettered, and finished (left the backlog).
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    created: i64,
+    published: i64,
+    dead_lettered: i64,
+    finished: i64,
+}
+
+/// Sorted latencies of one bucket, by rank: only the ranks the percentiles read.
+#[derive(Debug, Default)]
+struct Ranks {
+    n: i64,
+    by_rank: BTreeMap<i64, i64>,
+}
+
+impl Ranks {
+    /// The `q` quantile (0 to 1) in milliseconds, interpolated between the neighbouring ranks
+    /// as PostgreSQL's `percentile_cont` does.
+    fn quantile_ms(&self, q: f64) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        // The same double arithmetic as the statement's, so the ranks it returned are these.
+        let position = (self.n - 1) as f64 * q;
+        let low = position.floor();
+        let low_rank = low as i64;
+        let low_value = *self.by_rank.get(&low_rank)? as f64;
+        let value = match self.by_rank.get(&(low_rank + 1)) {
+            Some(high) if low_rank + 1 < self.n => {
+                low_value + (*high as f64 - low_value) * (position - low)
+            }
+            _ => low_value,
+        };
+        Some(value / 1000.0)
+    }
+}
+
+/// The timeline of `params` (see `queries/event_timeline.sql` and
+/// `queries/event_timeline_latency.sql`), both read in one transaction so they agree.
+pub(crate) async fn timeline(
+    pool: &MySqlPool,
+    table: &OutboxTable,
+    params: &TimelineParams,
+) -> Result<Vec<TimelineBucket>> {
+    let grid = Grid::new(params)?;
+    let since = Grid::time(grid.since_us)?;
+    let until = Grid::time(grid.until_us)?;
+    let mut tx = pool.begin().await.map_err(translate)?;
+    let rows = sqlx::query(AssertSqlSafe(crate::sql::statement!(
+        table,
+        "event_timeline"
+    )))
+    .bind(since)
+    .bind(until)
+    .bind(grid.since_us)
+    .bind(grid.until_us)
+    .bind(grid.width_us)
+    .bind(grid.buckets)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(translate)?;
+    // Bucket -1 (before the window) is the last slot.
+    let before = grid.buckets as usize;
+    let mut counts = vec![Counts::default(); before + 1];
+    let slot = |bucket: Option<i64>| match bucket {
+        Some(-1) => Some(before),
+        Some(b) => usize::try_from(b).ok().filter(|&b| b < before),
+        None => None,
+    };
+    for row in &rows {
+        let events: i64 = row.try_get("events").map_err(translate)?;
+        let bucket = |column: &str| -> Result<Option<usize>> {
+            Ok(slot(
+                row.try_get::<Option<i64>, _>(column).map_err(translate)?,
+            ))
+        };
+        if let Some(b) = bucket("created")? {
+            counts[b].created += events;
+        }
+        if let Some(b) = bucket("published")? {
+            counts[b].published += events;
+        }
+        if let Some(b) = bucket("dead_lettered")? {
+            counts[b].dead_lettered += events;
+        }
+        if let Some(b) = bucket("finished")? {
+            counts[b].finished += events;
+        }
+    }
+    let before = counts.pop().unwrap_or_default();
+    let latency_rows = sqlx::query(AssertSqlSafe(crate::sql::statement!(
+        table,
+        "event_timeline_latency"
+    )))
+    .bind(since)
+    .bind(until)
+    .bind(grid.since_us)
+    .bind(grid.width_us)
+    .bind(grid.buckets)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(translate)?;
+    tx.commit().await.map_err(translate)?;
+    let mut ranks: Vec<Ranks> = (0..grid.buckets).map(|_| Ranks::default()).collect();
+    for row in &latency_rows {
+        let bucket: i64 = row.try_get("bucket").map_err(translate)?;
+        if let Some(slot) = usize::try_from(bucket).ok().and_then(|b| ranks.get_mut(b)) {
+            slot.n = row.try_get("n").map_err(translate)?;
+            slot.by_rank.insert(
+                row.try_get("rnk").map_err(translate)?,
+                row.try_get("latency_us").map_err(translate)?,
+            );
+        }
+    }
+    let mut backlog = before.created - before.finished;
+    let mut out = Vec::with_capacity(counts.len());
+    for (k, (c, r)) in counts.iter().zip(&ranks).enumerate() {
+        backlog += c.created - c.finished;
+        let (start, end) = grid.bounds(k as i64);
+        out.push(TimelineBucket {
+            start: Grid::time(start)?,
+            end: Grid::time(end)?,
+            created: c.created,
+            published: c.published,
+            dead_lettered: c.dead_lettered,
+            backlog,
+            latency_p50_ms: r.quantile_ms(0.5),
+            latency_p95_ms: r.quantile_ms(0.95),
+            latency_max_ms: r.quantile_ms(1.0),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_that_read_as_json_compare_as_json() {
+        assert_eq!(pk_json("22").as_deref(), Some("22"));
+        assert_eq!(
+            pk_json(r#"{"order": 22, "line": 1}"#).as_deref(),
+            Some(r#"{"line":1,"order":22}"#)
+        );
+        assert_eq!(pk_json("A-7"), None);
+        assert_eq!(pk_json(r#""22""#), None);
+    }
+
+    #[test]
+    fn quantiles_interpolate_between_ranks() {
+        let ranks = Ranks {
+            n: 4,
+            by_rank: [(1, 2000), (2, 4000), (3, 10_000)].into_iter().collect(),
+        };
+        // Position 1.5 lies between 2 ms and 4 ms.
+        assert_eq!(ranks.quantile_ms(0.5), Some(3.0));
+        // Position 2.85 lies between 4 ms and 10 ms.
+        let p95 = ranks.quantile_ms(0.95).expect("p95");
+        assert!((p95 - 9.1).abs() < 1e-9, "{p95}");
+        assert_eq!(ranks.quantile_ms(1.0), Some(10.0));
+        assert_eq!(Ranks::default().quantile_ms(0.5), None);
+    }
+
+    #[test]
+    fn grid_refuses_empty_windows_and_too_many_buckets() {
+        let at = |s| DateTime::from_timestamp(s, 0).expect("valid");
+        let params = |since, until, buckets| {
+            TimelineParams::last(std::time::Duration::from_secs(60), 1, at(100))
+                .map(|mut p| {
+                    p.since = since;
+                    p.until = until;
+                    p.buckets = buckets;
+                    p
+                })
+                .expect("valid")
+        };
+        assert!(matches!(
+            Grid::new(&params(at(10), at(10), 1)),
+            Err(Error::Validation { .. })
+        ));
+        assert!(matches!(
+            Grid::new(&params(at(0), at(10), 0)),
+            Err(Error::Validation { .. })
+        ));
+        let grid = Grid::new(&params(at(0), at(10), 3)).expect("valid");
+        assert_eq!(grid.bounds(0), (0, 3_333_333));
+        assert_eq!(grid.bounds(2), (6_666_666, 10_000_000));
+    }
+}
