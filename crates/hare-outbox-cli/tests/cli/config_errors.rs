@@ -38,9 +38,18 @@ async fn unknown_key_names_the_key_and_the_allowed_ones() {
 
 #[tokio::test]
 async fn unsupported_url_scheme_names_the_url_and_the_schemes() {
-    let (code, stderr) = relay_with("database_url = \"mysql://app@db/erp\"\n").await;
+    let (code, stderr) = relay_with("database_url = \"mongodb://app@db/erp\"\n").await;
     assert_eq!(code, 2, "{stderr}");
-    assert_names(&stderr, &["mysql://app@db/erp", "postgres://", "sqlite:"]);
+    assert_names(
+        &stderr,
+        &[
+            "mongodb://app@db/erp",
+            "postgres://",
+            "mysql://",
+            "mariadb://",
+            "sqlite:",
+        ],
+    );
 }
 
 #[tokio::test]
