@@ -122,3 +122,49 @@ pub(crate) fn delivery_span(event: &OutboxEvent, batch_size: usize) -> tracing::
     }
     span
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn extract_reads_names_without_case_and_headers_of_writes_them_back() {
+        let cx = extract([
+            ("TraceParent", PARENT),
+            ("TRACESTATE", "a=1,b=2"),
+            ("x", "y"),
+        ]);
+        let sc = cx.span().span_context().clone();
+        assert!(sc.is_valid() && sc.is_remote());
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        assert_eq!(
+            headers_of(&cx),
+            [
+                ("traceparent".to_owned(), PARENT.to_owned()),
+                ("tracestate".to_owned(), "a=1,b=2".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_or_malformed_traceparent_gives_no_context() {
+        for headers in [
+            vec![],
+            vec![("traceparent", "00-zz-b7ad6b7169203331-01")],
+            vec![(
+                "traceparent",
+                "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            )],
+            vec![("tracestate", "a=1")],
+        ] {
+            let cx = extract(headers.clone());
+            assert!(!cx.span().span_context().is_valid(), "{headers:?}");
+            assert!(headers_of(&cx).is_empty(), "{headers:?}");
+        }
+    }
+}

@@ -191,6 +191,16 @@ mod with_feature {
             .unwrap();
         assert_eq!(header(&explicit, "TraceParent"), Some(own));
         assert_eq!(header(&explicit, "traceparent"), None, "not written twice");
+        // A trace state of its own keeps the span's pair out too: never mixed.
+        let state_only = outbox
+            .enqueue(
+                &mut conn,
+                OutboxMessage::new("t", json!({})).header("tracestate", "mine=1"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(header(&state_only, "traceparent"), None);
+        assert_eq!(header(&state_only, "tracestate"), Some("mine=1"));
 
         // A context with a trace state: both headers, restored as they were.
         let parent = hare_outbox::trace_context::extract([
