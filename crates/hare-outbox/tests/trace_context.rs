@@ -255,6 +255,54 @@ mod with_feature {
     }
 }
 
+/// The same trace through a webhook: the HTTP request carries `traceparent`, and the receiver's
+/// `read_request` gives the consumer the request span's context back.
+#[cfg(all(feature = "otel", feature = "webhook"))]
+#[tokio::test]
+async fn a_webhook_request_carries_the_trace_to_the_receiver() {
+    use hare_outbox::webhook::WebhookDelivery;
+    use hare_outbox::webhook::receiver::read_request;
+    use hare_outbox::webhook::reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+    use hare_outbox_testkit::http::{Behaviour, Receiver};
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    let (_exporter, _provider, _guard) = traced();
+    let (_db, outbox) = outbox().await;
+    let request = tracing::info_span!("POST /orders");
+    let sc = request.context().span().span_context().clone();
+    {
+        let _entered = request.enter();
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(OutboxMessage::new("orders.created", json!({"id": 1})))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let receiver = Receiver::start(Behaviour::ok());
+    let secret = b"trace-secret".to_vec();
+    let delivery = WebhookDelivery::new(receiver.url("/hooks"))
+        .unwrap()
+        .with_secret(secret.clone())
+        .unwrap();
+    let relay = OutboxRelay::new(outbox, delivery, RelayConfig::default()).unwrap();
+    assert_eq!(relay.drain_for_test().await.unwrap().delivered, 1);
+    let requests = receiver.requests();
+    assert_eq!(requests.len(), 1);
+    let mut headers = HeaderMap::new();
+    for (name, value) in &requests[0].headers {
+        headers.append(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_bytes(value).unwrap(),
+        );
+    }
+    let received = read_request(&secret, &headers, &requests[0].body).unwrap();
+    let restored = received.trace_context().span().span_context().clone();
+    assert!(restored.is_remote());
+    assert_eq!(restored.trace_id(), sc.trace_id());
+    assert_eq!(restored.span_id(), sc.span_id());
+}
+
 /// Without the feature a span with an OpenTelemetry layer writes nothing and the relay opens no
 /// delivery span.
 #[cfg(not(feature = "otel"))]
