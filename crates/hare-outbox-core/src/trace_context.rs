@@ -6,7 +6,9 @@
 //!   [`tracing_opentelemetry`] layer sees it. Nothing is written when there is no such span (no
 //!   span, or no OpenTelemetry layer in the subscriber), and nothing when the message already has
 //!   a `traceparent` or `tracestate` header of its own (any case): an explicit header wins, and
-//!   the two are never mixed from different contexts.
+//!   the two are never mixed from different contexts. Reading the context starts the
+//!   OpenTelemetry span of the current `tracing` span, so set that span's own parent
+//!   (`set_parent`) before enqueueing under it, as usual.
 //! - **Relay.** For each event of a batch the relay opens a span `hare_outbox.deliver`
 //!   (fields `event_id`, `topic`, `batch_size`, `outcome`) whose OpenTelemetry parent is the
 //!   context of the event's `traceparent`/`tracestate` headers. The span lasts as long as the
