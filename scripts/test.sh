@@ -312,6 +312,8 @@ say "cargo package (publishable crates, metadata, MSRV of dependencies)"
 check_packages
 say "cargo nextest run"
 cargo nextest run --workspace --all-features --no-fail-fast
+say "trace context without the otel feature"
+cargo nextest run -p hare-outbox --features sqlite,redis,testing --test trace_context
 say "cargo test --doc"
 cargo test --doc --workspace --all-features
 say "cargo doc"

@@ -25,6 +25,9 @@ pub mod table;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod topic;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod trace_context;
 pub mod wakeup;
 
 pub use backend::params::{Backlog, FinishedState};

@@ -309,6 +309,12 @@ impl<B: Backend> Outbox<B> {
             strict_order,
             ..
         } = message;
+        #[cfg(feature = "otel")]
+        let headers = {
+            let mut headers = headers;
+            crate::trace_context::inject_current(&mut headers);
+            headers
+        };
         let table = &self.table;
         for (name, value) in &extra {
             let Some(column) = table.column(name) else {

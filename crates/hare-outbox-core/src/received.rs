@@ -92,6 +92,28 @@ impl ReceivedEvent {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The OpenTelemetry context of the event's `traceparent`/`tracestate` headers (feature
+    /// `otel`): make it the parent of the span that handles the event. A context without a valid
+    /// span when the event carries none (see [`crate::trace_context`]).
+    ///
+    /// ```
+    /// # fn f(event: &hare_outbox_core::ReceivedEvent) {
+    /// use tracing_opentelemetry::OpenTelemetrySpanExt;
+    ///
+    /// let span = tracing::info_span!("handle", event_id = %event.id);
+    /// let _ = span.set_parent(event.trace_context()); // Err only without an OpenTelemetry layer
+    /// # }
+    /// ```
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn trace_context(&self) -> opentelemetry::Context {
+        crate::trace_context::extract(
+            self.headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        )
+    }
+
     /// The payload parsed as JSON.
     ///
     /// # Errors

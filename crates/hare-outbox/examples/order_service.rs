@@ -5,7 +5,9 @@
 //! - `PATCH /orders/{id}` changes the row; a capture trigger writes `orders.updated` with the
 //!   caller (`x-user`) as author, and notifies the relay at COMMIT;
 //! - an in-process relay delivers both, in order per order, to the Redis stream `orders`;
-//! - the dashboard is mounted at `/outbox` (`/outbox/metrics`, `/outbox/healthz` included);
+//! - the dashboard is mounted at `/outbox` (`/outbox/healthz` included);
+//! - `/metrics` (and the dashboard's `/outbox/metrics`) serves the relay's `hare_outbox_*`
+//!   metrics in the Prometheus text format, from the recorder `main` installs;
 //! - Ctrl-C stops the server, then the relay after its batch in flight.
 //!
 //! ```sh
@@ -20,7 +22,7 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{patch, post};
+use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use hare_outbox::dashboard::{Dashboard, DashboardOptions};
 use hare_outbox::postgres::{ListenNotifyWakeup, PgBackend};
@@ -29,6 +31,7 @@ use hare_outbox::{
     ChangeCapture, Journal, Outbox, OutboxMessage, OutboxRelay, OutboxTable, RelayConfig,
     RowOperation,
 };
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -102,12 +105,40 @@ async fn update_order(
     })
 }
 
+/// `GET /metrics`: what the process's Prometheus recorder holds, in its text format.
+async fn metrics(State(handle): State<PrometheusHandle>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// Installs the process-wide Prometheus recorder the relay's metrics go to, and a task that runs
+/// its upkeep (draining histograms) every 5 s. Call it once per process.
+pub fn install_metrics() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
+    let handle = PrometheusBuilder::new().install_recorder()?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
 /// The outbox, the table, the capture and the relay delivering to Redis stream `stream`;
-/// returns the app's router and the relay (not started).
+/// returns the app's router (serving `metrics` at `/metrics`) and the relay (not started).
 pub async fn setup(
     pool: PgPool,
     redis_url: &str,
     stream: &str,
+    metrics_handle: PrometheusHandle,
 ) -> Result<(Router, OutboxRelay<PgBackend>), Box<dyn std::error::Error>> {
     let wakeup = ListenNotifyWakeup::new(pool.clone());
     let table = OutboxTable::parse("hare_outbox")?;
@@ -134,13 +165,20 @@ pub async fn setup(
     )?;
     let dashboard = Dashboard::new(
         Journal::new(PgBackend::new(pool.clone()), table),
-        DashboardOptions::new().with_destinations(Some(relay.destinations())),
+        DashboardOptions::new()
+            .with_destinations(Some(relay.destinations()))
+            .with_metrics(Some(metrics_handle.clone())),
     )?;
     let app = Router::new()
         .route("/orders", post(create_order))
         .route("/orders/{id}", patch(update_order))
         .nest("/outbox", dashboard.router())
-        .with_state(App { pool, outbox });
+        .with_state(App { pool, outbox })
+        .merge(
+            Router::new()
+                .route("/metrics", get(metrics))
+                .with_state(metrics_handle),
+        );
     Ok((app, relay))
 }
 
@@ -152,7 +190,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned());
     let addr = std::env::var("HARE_EXAMPLE_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let pool = PgPool::connect(&pg_url).await?;
-    let (app, relay) = setup(pool, &redis_url, "orders").await?;
+    let (app, relay) = setup(pool, &redis_url, "orders", install_metrics()?).await?;
     relay.start()?;
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on {}", listener.local_addr()?);

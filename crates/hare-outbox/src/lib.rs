@@ -62,6 +62,7 @@
 //! | `taskiq` | [`taskiq::TaskiqDelivery`]: task events executed by Python taskiq workers (Redis list broker; RabbitMQ too with `rabbitmq`) |
 //! | `webhook-axum` | `webhook` plus [`webhook::receiver::VerifiedEvent`], an axum extractor that checks a webhook's signature and reads the event |
 //! | `testing` | [`testing`]: `Outbox::enqueued` / `assert_enqueued`, [`testing::RecordingDelivery`], `OutboxRelay::drain_for_test` |
+//! | `otel` | [`trace_context`]: W3C `traceparent`/`tracestate` written at enqueue from the current `tracing` span (through `tracing-opentelemetry`), a `hare_outbox.deliver` span per delivered event under it, [`ReceivedEvent::trace_context`] for consumers |
 //! | `dashboard` | [`dashboard::Dashboard`]: the journal in a browser, a JSON API, `/metrics` and `/healthz`, as an axum `Router` to mount in your app |
 //! | `tls-rustls-aws-lc-rs`, `tls-rustls-ring` | TLS for PostgreSQL connections through rustls, as sqlx names these features. None by default, as in sqlx; for another backend (`tls-native-tls`, native roots) enable it on your own `sqlx` dependency, which does the same |
 //!
@@ -202,6 +203,13 @@ pub mod taskiq {
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing {
     pub use hare_outbox_core::testing::*;
+}
+
+/// W3C trace context from the enqueuing span to the delivery and the consumer (see the module).
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod trace_context {
+    pub use hare_outbox_core::trace_context::*;
 }
 
 /// The dashboard: the outbox as the journal of the system, as an axum `Router`.

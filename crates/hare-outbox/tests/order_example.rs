@@ -49,7 +49,8 @@ async fn wait_for_log(
 async fn the_example_service_and_consumer_act_once_per_event() {
     let schema = TestSchema::new(10).await;
     let stream = format!("hare_t_orders_{}", uuid_suffix());
-    let (app, relay) = order_service::setup(schema.pool.clone(), &redis_url(), &stream)
+    let metrics = order_service::install_metrics().unwrap();
+    let (app, relay) = order_service::setup(schema.pool.clone(), &redis_url(), &stream, metrics)
         .await
         .unwrap();
     relay.start().unwrap();
@@ -145,6 +146,22 @@ async fn the_example_service_and_consumer_act_once_per_event() {
     // The dashboard is mounted in the same app.
     let journal = http.get(format!("{base}/outbox")).send().await.unwrap();
     assert_eq!(journal.status(), 200);
+
+    // `/metrics` (and the dashboard's) answers with the relay's deliveries of this stream's events.
+    for path in ["/metrics", "/outbox/metrics"] {
+        let answer = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        let text = answer.text().await.unwrap();
+        let delivered = text
+            .lines()
+            .find(|l| {
+                l.starts_with("hare_outbox_delivered_total{")
+                    && l.contains("topic=\"orders.created\"")
+            })
+            .unwrap_or_else(|| panic!("no hare_outbox_delivered_total at {path}:\n{text}"));
+        let count: f64 = delivered.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(count >= 1.0, "{delivered}");
+    }
 
     stop.cancel();
     consumer.await.unwrap().unwrap();

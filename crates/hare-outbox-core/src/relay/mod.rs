@@ -784,7 +784,38 @@ impl<B: Backend> Inner<B> {
     /// lease is left, the delivery is cut
     /// short: what was not sent yet comes back unattempted, so it is never sent while another
     /// relay may already hold it.
+    ///
+    /// With feature `otel`, each event gets a `hare_outbox.deliver` span under its trace context
+    /// for the time of the batch's delivery (see [`crate::trace_context`]).
     async fn deliver_holding_lease(&self, events: &[OutboxEvent]) -> Vec<DeliveryReport> {
+        #[cfg(feature = "otel")]
+        {
+            use tracing::Instrument;
+            let spans: Vec<tracing::Span> = events
+                .iter()
+                .map(|e| crate::trace_context::delivery_span(e, events.len()))
+                .collect();
+            let delivering = self.deliver_holding_lease_untraced(events);
+            // A lone event's span is the delivery's own: the transport's spans nest under it.
+            let reports = match spans.as_slice() {
+                [span] => delivering.instrument(span.clone()).await,
+                _ => delivering.await,
+            };
+            for (span, report) in spans.iter().zip(&reports) {
+                let outcome = match &report.result {
+                    Ok(()) => "delivered",
+                    Err(e) if e.is_not_attempted() => "not_attempted",
+                    Err(_) => "failed",
+                };
+                span.record("outcome", outcome);
+            }
+            reports
+        }
+        #[cfg(not(feature = "otel"))]
+        self.deliver_holding_lease_untraced(events).await
+    }
+
+    async fn deliver_holding_lease_untraced(&self, events: &[OutboxEvent]) -> Vec<DeliveryReport> {
         let config = &self.config;
         let lease_lost = CancellationToken::new();
         let extender = {
