@@ -18,7 +18,8 @@
 //! args, ui   the command line (clap types, value parsers); what is shown (progress bars,
 //!            table cells, events as JSON lines); neither imports the other
 //! config/    the config file, the environment and their precedence: every section (delivery,
-//!            wakeup, backlog, cleanup, dashboard, relay, captures) resolved to `Settings`
+//!            wakeup, backlog, cleanup, dashboard, relay, captures) resolved to `Settings`;
+//!            inside it, mod.rs over the section modules over the leaf `values`
 //! error      usage errors, exit codes, URL redaction
 //! ```
 

@@ -19,7 +19,7 @@ use hare_outbox::redis::RedisWakeupConfig;
 use hare_outbox::secrets::{ConfigError, SecretUrl, Secrets, check_one_url};
 use serde::Deserialize;
 
-use crate::config::{DbKind, non_empty};
+use crate::config::values::{DbKind, non_empty};
 use crate::error::usage;
 
 /// Overrides the URL of a broker wake-up (the bootstrap servers for `kafka`).
