@@ -5,6 +5,23 @@
 //! for a failure at run time, 3 when `capture status` finds a capture missing or drifted, 4 when
 //! `backlog` finds a threshold passed. Logs and progress bars go to stderr; events delivered to
 //! stdout and command reports go to stdout.
+//!
+//! # Layers
+//!
+//! The modules, in layers: each imports only from the layers below it, never from its own or
+//! one above (checked on the sources by `layering_tests`).
+//!
+//! ```text
+//! main.rs    parses the command line, dispatches to one `cmd` module
+//! cmd/       one file per subcommand; a command never imports another command
+//! db         the backend a database URL selects, connecting, schema versions
+//! args, ui   the command line (clap types, value parsers); what is shown (progress bars,
+//!            table cells, events as JSON lines); neither imports the other
+//! config/    the config file, the environment and their precedence: every section (delivery,
+//!            wakeup, backlog, cleanup, dashboard, relay, captures) resolved to `Settings`;
+//!            inside it, mod.rs over the section modules over the leaf `values`
+//! error      usage errors, exit codes, URL redaction
+//! ```
 
 use std::process::ExitCode;
 
@@ -13,23 +30,19 @@ use hare_outbox::CancellationToken;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;
 
-#[macro_use]
-mod commands;
-mod capture;
-mod cli;
 mod config;
+mod error;
+#[macro_use]
+mod db;
+mod args;
+mod cmd;
 #[cfg(test)]
 mod config_examples_tests;
-mod delivery;
-mod demo;
-mod error;
-mod journal;
-mod migrations;
-mod serve;
-mod views;
-mod wakeup;
+#[cfg(test)]
+mod layering_tests;
+mod ui;
 
-use cli::{CaptureCommand, Cli, Command, DeadLettersCommand};
+use args::{CaptureCommand, Cli, Command, DeadLettersCommand};
 use error::{EXIT_OK, EXIT_USAGE, exit_code};
 
 fn main() -> ExitCode {
@@ -80,7 +93,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Demo(args) = command {
         let shutdown = CancellationToken::new();
         watch_signals(shutdown.clone(), "stopping the workload and the relay");
-        return demo::run(args, shutdown).await;
+        return cmd::demo::run(args, shutdown).await;
     }
     let overrides = config::Overrides {
         database_url,
@@ -92,14 +105,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     match command {
-        Command::Migrate(args) if args.status => migrations::status(&settings).await,
-        Command::Migrate(_) => commands::migrate(&settings).await,
-        Command::Schema(args) => migrations::schema(&settings, args.all).await,
-        Command::Capture(CaptureCommand::Install(args)) => capture::install(&settings, &args).await,
-        Command::Capture(CaptureCommand::Uninstall(args)) => {
-            capture::uninstall(&settings, &args).await
+        Command::Migrate(args) if args.status => cmd::migrate::status(&settings).await,
+        Command::Migrate(_) => cmd::migrate::migrate(&settings).await,
+        Command::Schema(args) => cmd::schema::schema(&settings, args.all).await,
+        Command::Capture(CaptureCommand::Install(args)) => {
+            cmd::capture::install(&settings, &args).await
         }
-        Command::Capture(CaptureCommand::Status) => capture::status(&settings).await,
+        Command::Capture(CaptureCommand::Uninstall(args)) => {
+            cmd::capture::uninstall(&settings, &args).await
+        }
+        Command::Capture(CaptureCommand::Status) => cmd::capture::status(&settings).await,
         Command::Relay(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "finishing the batch in flight");
@@ -107,7 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let destinations = hare_outbox::Destinations::new();
             let http = match &args.http {
                 Some(address) => Some(
-                    serve::start_for_relay(
+                    cmd::serve::start_for_relay(
                         &settings,
                         address,
                         &args.server,
@@ -119,7 +134,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => None,
             };
             let result =
-                commands::relay(&settings, args.migrate, destinations, shutdown.clone()).await;
+                cmd::relay::relay(&settings, args.migrate, destinations, shutdown.clone()).await;
             // The relay has stopped (or failed): stop serving too.
             shutdown.cancel();
             if let Some(http) = http {
@@ -134,31 +149,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "stopping");
-            journal::events(&settings, &args, shutdown).await
+            cmd::events::events(&settings, &args, shutdown).await
         }
-        Command::Keys(args) => views::keys(&settings, &args).await,
-        Command::Backlog(args) => journal::backlog(&settings, &args).await,
+        Command::Keys(args) => cmd::keys::keys(&settings, &args).await,
+        Command::Backlog(args) => cmd::backlog::backlog(&settings, &args).await,
         Command::DeadLetters(DeadLettersCommand::Retry(args)) => {
             // One statement: a signal lets it finish and report rather than cut it off.
             watch_signals(CancellationToken::new(), "finishing the retry statement");
-            journal::retry(&settings, &args).await
+            cmd::dead_letters::retry(&settings, &args).await
         }
         Command::DeadLetters(DeadLettersCommand::Cleanup(args)) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "finishing the batch in flight");
             let state = hare_outbox::backend::FinishedState::DeadLettered;
-            journal::cleanup(&settings, &args, state, shutdown).await
+            cmd::cleanup::cleanup(&settings, &args, state, shutdown).await
         }
         Command::Cleanup(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "finishing the batch in flight");
             let state = hare_outbox::backend::FinishedState::Published;
-            journal::cleanup(&settings, &args, state, shutdown).await
+            cmd::cleanup::cleanup(&settings, &args, state, shutdown).await
         }
         Command::Serve(args) => {
             let shutdown = CancellationToken::new();
             watch_signals(shutdown.clone(), "letting requests in flight finish");
-            serve::serve(&settings, &args, shutdown).await
+            cmd::serve::serve(&settings, &args, shutdown).await
         }
         Command::Demo(_) => unreachable!("handled above"),
     }
@@ -188,7 +203,7 @@ fn init_logging(level: Option<&str>, default_filter: &str) -> anyhow::Result<()>
         .with_target(false)
         .with_filter(filter)
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-            !commands::is_silenced_driver_log(meta.target())
+            !db::is_silenced_driver_log(meta.target())
         }));
     tracing_subscriber::registry().with(output).init();
     Ok(())

@@ -32,10 +32,12 @@ mod config;
 mod delivery;
 pub mod reader;
 mod wakeup;
+mod wakeup_config;
 
 pub use config::{KafkaDeliveryConfig, is_secret_property};
 pub use delivery::{DEFAULT_TIMEOUT, KafkaDelivery, error_kind};
 pub use wakeup::{DEFAULT_TOPIC, KafkaWakeup, SIGNAL_RETENTION};
+pub use wakeup_config::KafkaWakeupConfig;
 
 /// Re-exported so callers can build a [`rdkafka::producer::FutureProducer`] or a
 /// [`rdkafka::ClientConfig`] for the `from_…` constructors without depending on the same

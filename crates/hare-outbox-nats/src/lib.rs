@@ -32,10 +32,12 @@ mod config;
 mod delivery;
 pub mod reader;
 mod wakeup;
+mod wakeup_config;
 
 pub use config::NatsDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, NatsDelivery, ORDERING_KEY_HEADER};
 pub use wakeup::{DEFAULT_SUBJECT, NatsWakeup};
+pub use wakeup_config::NatsWakeupConfig;
 
 /// Re-exported so callers can build an [`async_nats::Client`] for
 /// [`NatsDelivery::from_client`] without depending on the same version themselves.

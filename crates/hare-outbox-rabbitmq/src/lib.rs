@@ -32,10 +32,12 @@ mod config;
 mod delivery;
 pub mod reader;
 mod wakeup;
+mod wakeup_config;
 
 pub use config::RabbitMqDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, ORDERING_KEY_HEADER, RabbitMqDelivery};
 pub use wakeup::{DEFAULT_EXCHANGE, RabbitMqWakeup};
+pub use wakeup_config::RabbitMqWakeupConfig;
 
 /// Re-exported so callers can name [`lapin`] types without depending on the same version
 /// themselves.

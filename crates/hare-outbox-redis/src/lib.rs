@@ -35,10 +35,12 @@ mod config;
 mod delivery;
 pub mod reader;
 mod wakeup;
+mod wakeup_config;
 
 pub use config::RedisDeliveryConfig;
 pub use delivery::{DEFAULT_TIMEOUT, RedisStreamsDelivery, error_kind};
 pub use wakeup::{DEFAULT_CHANNEL, RedisWakeup};
+pub use wakeup_config::RedisWakeupConfig;
 
 /// Re-exported so callers can build a [`redis::Client`] for the `from_client` constructors
 /// without depending on the same `redis` version themselves.

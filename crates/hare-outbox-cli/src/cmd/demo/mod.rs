@@ -24,9 +24,9 @@ use hare_outbox::{
 };
 use serde_json::{Value, json};
 
-use crate::cli::DemoArgs;
+use crate::args::DemoArgs;
+use crate::config::dashboard::ENV_DASHBOARD_TOKEN;
 use crate::error::usage;
-use crate::serve::ENV_DASHBOARD_TOKEN;
 
 /// Longest wait for the relay to catch up once the workload is done.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use hare_outbox::{BreakerConfig, Delivery, Destination};
 
 use super::DestinationSection;
-use crate::config::seconds;
+use crate::config::values::seconds;
 use crate::error::usage;
 
 /// The keys every kind of delivery section takes: its circuit breaker and rate limit.

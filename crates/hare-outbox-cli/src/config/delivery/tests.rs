@@ -32,7 +32,7 @@ fn router(settings: DeliverySettings) -> RouterSettings {
 
 #[test]
 fn the_readme_routes_example_resolves_into_a_router() {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../../README.md");
     let block: String = readme
         .split("Several deliveries, chosen by topic")
         .nth(1)
@@ -55,7 +55,8 @@ fn the_readme_routes_example_resolves_into_a_router() {
         ]
     );
     assert_eq!(r.default.as_ref().map(|(n, _)| n.as_str()), Some("hooks"));
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Redis(audit)) = &r.deliveries["audit"]
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Redis(audit)) =
+        &r.deliveries["audit"]
     else {
         panic!("{:?}", r.deliveries)
     };
@@ -64,7 +65,7 @@ fn the_readme_routes_example_resolves_into_a_router() {
         !format!("{audit:?}").contains("pw"),
         "Debug hides the password"
     );
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Kafka(kafka)) =
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Kafka(kafka)) =
         &r.deliveries["analytics"]
     else {
         panic!()
@@ -104,7 +105,7 @@ fn only_a_default_delivery_needs_no_router() {
     assert!(
         matches!(
             s.delivery,
-            DeliverySettings::One(crate::delivery::BrokerConfig::Nats(_))
+            DeliverySettings::One(crate::config::delivery::BrokerConfig::Nats(_))
         ),
         "{:?}",
         s.delivery
@@ -239,7 +240,7 @@ fn url_file_is_read_relative_to_the_config_file() {
         &no_env,
     )
     .unwrap();
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Redis(r)) = s.delivery else {
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Redis(r)) = s.delivery else {
         panic!()
     };
     assert_eq!(
@@ -255,7 +256,7 @@ fn environment_overrides_pick_and_replace_urls() {
         |name: &str| (name == ENV_DELIVERY_URL).then(|| "redis://127.0.0.1:6379/1".to_owned());
     // Without [delivery], the scheme picks the kind.
     let s = resolve_with("", &env).unwrap();
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Redis(r)) = s.delivery else {
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Redis(r)) = s.delivery else {
         panic!()
     };
     assert_eq!(
@@ -268,14 +269,14 @@ fn environment_overrides_pick_and_replace_urls() {
         &env,
     )
     .unwrap();
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Redis(r)) = s.delivery else {
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Redis(r)) = s.delivery else {
         panic!()
     };
     assert_eq!(r.resolved_url().unwrap().value, "redis://127.0.0.1:6379/1");
     // Kafka: bootstrap servers.
     let env = |name: &str| (name == ENV_DELIVERY_URL).then(|| "k1:9092,k2:9092".to_owned());
     let s = resolve_with("[delivery]\nkind = \"kafka\"\n", &env).unwrap();
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Kafka(k)) = s.delivery else {
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Kafka(k)) = s.delivery else {
         panic!()
     };
     assert_eq!(k.bootstrap_servers.as_deref(), Some("k1:9092,k2:9092"));
@@ -341,7 +342,7 @@ fn broker_keys_are_checked() {
     )
     .unwrap();
     assert!(!format!("{:?}", s.delivery).contains("secret-pw"));
-    let DeliverySettings::One(crate::delivery::BrokerConfig::Mqtt(m)) = &s.delivery else {
+    let DeliverySettings::One(crate::config::delivery::BrokerConfig::Mqtt(m)) = &s.delivery else {
         panic!()
     };
     // Key by key: port 1883 and a random client id unless given.

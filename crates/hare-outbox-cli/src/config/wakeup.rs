@@ -3,15 +3,23 @@
 //! Kinds: `none`, `listen_notify` (PostgreSQL only), `redis`, `nats`, `rabbitmq`, `kafka`. Writers
 //! that use the same kind and channel (subject, exchange, topic) wake the relay after their
 //! commit; a lost signal only waits for the next poll.
+//!
+//! The keys of the broker kinds belong to their crates' config types
+//! ([`RedisWakeupConfig`], [`NatsWakeupConfig`], [`RabbitMqWakeupConfig`],
+//! [`KafkaWakeupConfig`]); `none` and `listen_notify` are the command's own.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hare_outbox::Wakeup;
-use hare_outbox::secrets::{SecretUrl, Secrets, check_one_url};
+use hare_outbox::kafka::KafkaWakeupConfig;
+use hare_outbox::nats::NatsWakeupConfig;
+use hare_outbox::rabbitmq::RabbitMqWakeupConfig;
+use hare_outbox::redis::RedisWakeupConfig;
+use hare_outbox::secrets::{ConfigError, SecretUrl, Secrets, check_one_url};
 use serde::Deserialize;
 
-use crate::config::{DbKind, non_empty};
+use crate::config::values::{DbKind, non_empty};
 use crate::error::usage;
 
 /// Overrides the URL of a broker wake-up (the bootstrap servers for `kafka`).
@@ -97,15 +105,10 @@ impl WakeupKind {
                 "listen_url_env",
                 "listen_url_file",
             ],
-            WakeupKind::Redis => &["url", "url_env", "url_file", "channel"],
-            WakeupKind::Nats => &["url", "url_env", "url_file", "subject"],
-            WakeupKind::Rabbitmq => &["url", "url_env", "url_file", "exchange"],
-            WakeupKind::Kafka => &[
-                "bootstrap_servers",
-                "topic",
-                "create_topic",
-                "replication_factor",
-            ],
+            WakeupKind::Redis => RedisWakeupConfig::KEYS,
+            WakeupKind::Nats => NatsWakeupConfig::KEYS,
+            WakeupKind::Rabbitmq => RabbitMqWakeupConfig::KEYS,
+            WakeupKind::Kafka => KafkaWakeupConfig::KEYS,
         }
     }
 }
@@ -134,38 +137,14 @@ pub enum WakeupSettings {
         /// A direct URL for the LISTEN connection; `None`: the database pool's.
         listen_url: Option<SecretUrl>,
     },
-    /// Redis pub/sub.
-    Redis {
-        /// `redis://…`.
-        url: SecretUrl,
-        /// The channel; `None` for the default.
-        channel: Option<String>,
-    },
-    /// A core NATS subject.
-    Nats {
-        /// `nats://…`.
-        url: SecretUrl,
-        /// The subject; `None` for the default.
-        subject: Option<String>,
-    },
-    /// A RabbitMQ fanout exchange.
-    RabbitMq {
-        /// `amqp://…`.
-        url: SecretUrl,
-        /// The exchange; `None` for the default.
-        exchange: Option<String>,
-    },
-    /// A Kafka signal topic.
-    Kafka {
-        /// `host:port[,host:port…]`.
-        bootstrap_servers: String,
-        /// The signal topic; `None` for the default.
-        topic: Option<String>,
-        /// Whether a missing signal topic is created.
-        create_topic: bool,
-        /// The replication factor of a created signal topic; `None` = the broker's default.
-        replication_factor: Option<i32>,
-    },
+    /// Redis pub/sub, its URL resolved.
+    Redis(RedisWakeupConfig),
+    /// A core NATS subject, its URL resolved.
+    Nats(NatsWakeupConfig),
+    /// A RabbitMQ fanout exchange, its URL resolved.
+    RabbitMq(RabbitMqWakeupConfig),
+    /// A Kafka signal topic, checked.
+    Kafka(KafkaWakeupConfig),
 }
 
 impl WakeupSettings {
@@ -211,49 +190,15 @@ impl WakeupSettings {
     pub fn build_broker(&self) -> anyhow::Result<Option<Arc<dyn Wakeup>>> {
         Ok(match self {
             WakeupSettings::None | WakeupSettings::ListenNotify { .. } => None,
-            WakeupSettings::Redis { url, channel } => {
-                let mut wakeup = hare_outbox::redis::RedisWakeup::new(&url.value)?;
-                if let Some(channel) = channel {
-                    wakeup = wakeup.with_channel(channel.clone())?;
-                }
-                Some(Arc::new(wakeup))
-            }
-            WakeupSettings::Nats { url, subject } => {
-                let mut wakeup = hare_outbox::nats::NatsWakeup::new(&url.value)?;
-                if let Some(subject) = subject {
-                    wakeup = wakeup.with_subject(subject.clone())?;
-                }
-                Some(Arc::new(wakeup))
-            }
-            WakeupSettings::RabbitMq { url, exchange } => {
-                let mut wakeup = hare_outbox::rabbitmq::RabbitMqWakeup::new(&url.value)?;
-                if let Some(exchange) = exchange {
-                    wakeup = wakeup.with_exchange(exchange.clone())?;
-                }
-                Some(Arc::new(wakeup))
-            }
-            WakeupSettings::Kafka {
-                bootstrap_servers,
-                topic,
-                create_topic,
-                replication_factor,
-            } => {
-                let mut wakeup = hare_outbox::kafka::KafkaWakeup::new(bootstrap_servers)?
-                    .with_create_topic(*create_topic);
-                if let Some(topic) = topic {
-                    wakeup = wakeup.with_topic(topic.clone())?;
-                }
-                if let Some(factor) = replication_factor {
-                    wakeup = wakeup.with_replication_factor(*factor)?;
-                }
-                Some(Arc::new(wakeup))
-            }
+            WakeupSettings::Redis(config) => Some(Arc::new(config.build()?)),
+            WakeupSettings::Nats(config) => Some(Arc::new(config.build()?)),
+            WakeupSettings::RabbitMq(config) => Some(Arc::new(config.build()?)),
+            WakeupSettings::Kafka(config) => Some(Arc::new(config.build()?)),
         })
     }
 
     /// A short description for the start-up log, passwords hidden.
     pub fn describe(&self) -> String {
-        let or_default = |v: &Option<String>| v.clone().unwrap_or_else(|| "hare_outbox".to_owned());
         match self {
             WakeupSettings::None => "none (polling only)".to_owned(),
             WakeupSettings::ListenNotify {
@@ -272,32 +217,10 @@ impl WakeupSettings {
                     url.source
                 ))
             ),
-            WakeupSettings::Redis { url, channel } => format!(
-                "redis {} (from {}) channel {:?}",
-                url.shown(),
-                url.source,
-                or_default(channel)
-            ),
-            WakeupSettings::Nats { url, subject } => format!(
-                "nats {} (from {}) subject {:?}",
-                url.shown(),
-                url.source,
-                or_default(subject)
-            ),
-            WakeupSettings::RabbitMq { url, exchange } => format!(
-                "rabbitmq {} (from {}) exchange {:?}",
-                url.shown(),
-                url.source,
-                or_default(exchange)
-            ),
-            WakeupSettings::Kafka {
-                bootstrap_servers,
-                topic,
-                ..
-            } => format!(
-                "kafka {bootstrap_servers} signal topic {:?}",
-                or_default(topic)
-            ),
+            WakeupSettings::Redis(config) => config.describe(),
+            WakeupSettings::Nats(config) => config.describe(),
+            WakeupSettings::RabbitMq(config) => config.describe(),
+            WakeupSettings::Kafka(config) => config.describe(),
         }
     }
 }
@@ -361,22 +284,17 @@ pub fn resolve(
             kind.name()
         ));
     }
-    let url = || -> anyhow::Result<SecretUrl> {
-        secret_url(
-            section.url.as_deref(),
-            section.url_env.as_deref(),
-            section.url_file.as_deref(),
-            url_override.clone().map(|u| (u, ENV_WAKEUP_URL)),
-            base_dir,
-            env,
-        )?
-        .ok_or_else(|| {
+    // A broker config's error; a missing URL names the environment variable too.
+    let broker_error = |e: ConfigError| {
+        if e.is_missing_endpoint() {
             usage(format!(
-                "kind = \"{}\" needs url, url_env or url_file (or the environment variable {ENV_WAKEUP_URL})",
-                kind.name()
+                "{e} (or the environment variable {ENV_WAKEUP_URL})"
             ))
-        })
+        } else {
+            usage(e.to_string())
+        }
     };
+    let secrets = Secrets::new(env, base_dir);
     let settings = match kind {
         WakeupKind::None => WakeupSettings::None,
         WakeupKind::ListenNotify => {
@@ -412,53 +330,64 @@ pub fn resolve(
                 listen_url,
             }
         }
-        WakeupKind::Redis => WakeupSettings::Redis {
-            url: url()?,
-            channel: section.channel.clone(),
-        },
-        WakeupKind::Nats => WakeupSettings::Nats {
-            url: url()?,
-            subject: section.subject.clone(),
-        },
-        WakeupKind::Rabbitmq => WakeupSettings::RabbitMq {
-            url: url()?,
-            exchange: section.exchange.clone(),
-        },
+        WakeupKind::Redis => {
+            let mut config = RedisWakeupConfig::default();
+            config.url.clone_from(&section.url);
+            config.url_env.clone_from(&section.url_env);
+            config.url_file.clone_from(&section.url_file);
+            config.channel.clone_from(&section.channel);
+            if url_override.is_some() {
+                config
+                    .use_url_from_env(ENV_WAKEUP_URL)
+                    .map_err(broker_error)?;
+            }
+            config.resolve(&secrets).map_err(broker_error)?;
+            WakeupSettings::Redis(config)
+        }
+        WakeupKind::Nats => {
+            let mut config = NatsWakeupConfig::default();
+            config.url.clone_from(&section.url);
+            config.url_env.clone_from(&section.url_env);
+            config.url_file.clone_from(&section.url_file);
+            config.subject.clone_from(&section.subject);
+            if url_override.is_some() {
+                config
+                    .use_url_from_env(ENV_WAKEUP_URL)
+                    .map_err(broker_error)?;
+            }
+            config.resolve(&secrets).map_err(broker_error)?;
+            WakeupSettings::Nats(config)
+        }
+        WakeupKind::Rabbitmq => {
+            let mut config = RabbitMqWakeupConfig::default();
+            config.url.clone_from(&section.url);
+            config.url_env.clone_from(&section.url_env);
+            config.url_file.clone_from(&section.url_file);
+            config.exchange.clone_from(&section.exchange);
+            if url_override.is_some() {
+                config
+                    .use_url_from_env(ENV_WAKEUP_URL)
+                    .map_err(broker_error)?;
+            }
+            config.resolve(&secrets).map_err(broker_error)?;
+            WakeupSettings::RabbitMq(config)
+        }
         WakeupKind::Kafka => {
-            let bootstrap_servers = url_override
-                .or_else(|| non_empty(section.bootstrap_servers.clone()))
-                .ok_or_else(|| {
-                    usage(format!(
-                        "kind = \"kafka\" needs bootstrap_servers, e.g. \"127.0.0.1:9092\" (or the environment variable {ENV_WAKEUP_URL})"
-                    ))
-                })?;
-            if let Some(topic) = &section.topic
-                && let Some(reason) = hare_outbox::kafka::invalid_topic_reason(topic)
-            {
-                return Err(usage(format!(
-                    "topic = {topic:?} is not a valid Kafka topic name: {reason}"
-                )));
+            let mut config = KafkaWakeupConfig::default();
+            config
+                .bootstrap_servers
+                .clone_from(&section.bootstrap_servers);
+            config.topic.clone_from(&section.topic);
+            config.create_topic = section.create_topic;
+            config.replication_factor = section.replication_factor;
+            if let Some(servers) = url_override {
+                config.use_bootstrap_servers(servers);
             }
-            if let Some(factor) = section.replication_factor
-                && !(1..=i32::from(i16::MAX)).contains(&factor)
-            {
-                return Err(usage(format!(
-                    "replication_factor = {factor} is not allowed; use 1 to {}, or leave it out for the broker's default",
-                    i16::MAX
-                )));
-            }
-            WakeupSettings::Kafka {
-                bootstrap_servers,
-                topic: section.topic.clone(),
-                create_topic: section.create_topic.unwrap_or(true),
-                replication_factor: section.replication_factor,
-            }
+            // Only checked here: Kafka's client is made at relay start.
+            config.check().map_err(broker_error)?;
+            WakeupSettings::Kafka(config)
         }
     };
-    // The broker wake-ups only parse here (Kafka's client is made at relay start).
-    if !matches!(settings, WakeupSettings::Kafka { .. }) {
-        settings.build_broker()?;
-    }
     Ok(settings)
 }
 
@@ -596,35 +525,32 @@ mod tests {
         let env =
             |name: &str| (name == ENV_WAKEUP_URL).then(|| "redis://127.0.0.1:6379/2".to_owned());
         let s = resolve_text("kind = \"redis\"\nurl = \"redis://other:6379/0\"", &env).unwrap();
-        let WakeupSettings::Redis { url, .. } = s else {
+        let WakeupSettings::Redis(redis) = s else {
             panic!("{s:?}")
         };
+        let url = redis.resolved_url().expect("resolved");
         assert_eq!(url.value, "redis://127.0.0.1:6379/2");
         let env = |name: &str| (name == ENV_WAKEUP_URL).then(|| "k1:9092".to_owned());
         let s = resolve_text("kind = \"kafka\"", &env).unwrap();
-        assert_eq!(
-            s,
-            WakeupSettings::Kafka {
-                bootstrap_servers: "k1:9092".to_owned(),
-                topic: None,
-                create_topic: true,
-                replication_factor: None,
-            }
-        );
+        let WakeupSettings::Kafka(kafka) = s else {
+            panic!("{s:?}")
+        };
+        assert_eq!(kafka.bootstrap_servers.as_deref(), Some("k1:9092"));
+        assert_eq!(kafka.topic, None);
+        assert!(kafka.creates_topic());
+        assert_eq!(kafka.replication_factor, None);
         let s = resolve_text(
             "kind = \"kafka\"\ncreate_topic = false\nreplication_factor = 3",
             &env,
         )
         .unwrap();
-        assert_eq!(
-            s,
-            WakeupSettings::Kafka {
-                bootstrap_servers: "k1:9092".to_owned(),
-                topic: None,
-                create_topic: false,
-                replication_factor: Some(3),
-            }
-        );
+        let WakeupSettings::Kafka(kafka) = s else {
+            panic!("{s:?}")
+        };
+        assert_eq!(kafka.bootstrap_servers.as_deref(), Some("k1:9092"));
+        assert_eq!(kafka.topic, None);
+        assert!(!kafka.creates_topic());
+        assert_eq!(kafka.replication_factor, Some(3));
         let e = format!(
             "{:#}",
             resolve_text("kind = \"kafka\"\nreplication_factor = 0", &env).unwrap_err()

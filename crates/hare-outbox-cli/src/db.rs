@@ -1,5 +1,5 @@
-//! `migrate`, `schema` and `relay`: written once, generic over the backend (the wake-up aside,
-//! which only PostgreSQL has): PostgreSQL, SQLite, MySQL / MariaDB.
+//! The database: the backend a URL selects ([`Db`], [`with_backend!`]), connecting to it, and
+//! reading the schema versions it records without creating anything.
 
 use std::str::FromStr as _;
 use std::time::Duration;
@@ -7,16 +7,16 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hare_outbox::backend::Backend;
 use hare_outbox::mysql::MySqlBackend;
-use hare_outbox::postgres::{ListenNotifyWakeup, NotifyMode, PgBackend};
+use hare_outbox::postgres::PgBackend;
 use hare_outbox::sqlite::SqliteBackend;
-use hare_outbox::{CancellationToken, Outbox, OutboxRelay};
+use hare_outbox::{MigrationStatus, MigrationStream, Outbox};
 use sqlx::Connection as _;
 
-use crate::config::{Database, DbKind, Settings, WakeupMode, WakeupSettings};
+use crate::config::{Database, DbKind, Settings};
 use crate::error::{redact_url, usage};
 
 /// How long connecting to the database may take at start-up.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A connected (or, for `schema`, lazily connecting) backend of either kind.
 pub enum Db {
@@ -32,9 +32,9 @@ pub enum Db {
 macro_rules! with_backend {
     ($db:expr, $backend:ident => $body:expr) => {
         match $db {
-            $crate::commands::Db::Postgres($backend) => $body,
-            $crate::commands::Db::Sqlite($backend) => $body,
-            $crate::commands::Db::MySql($backend) => $body,
+            $crate::db::Db::Postgres($backend) => $body,
+            $crate::db::Db::Sqlite($backend) => $body,
+            $crate::db::Db::MySql($backend) => $body,
         }
     };
 }
@@ -212,20 +212,94 @@ impl Db {
     }
 }
 
-/// `hare-outbox migrate`: applies the pending schema versions of the outbox table.
-///
-/// # Errors
-/// When the database is unreachable, refuses the DDL, or records versions that disagree with
-/// this build.
-pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
-    let database = settings.database()?;
-    let db = Db::connect(database).await?;
-    with_backend!(db, backend => migrate_on(backend, settings).await)
+// ---------------------------------------------------------------------------------------------
+// The schema versions a database records
+
+/// Where the versions shown come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The database's record.
+    Database,
+    /// A SQLite file that does not exist yet: every version pending.
+    NoFile,
+    /// `schema --all`: every version, without connecting.
+    All,
 }
 
-async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Result<()> {
+/// The database when it exists: PostgreSQL connected, SQLite opened without creating the file or
+/// changing its journal mode; `None` for a SQLite file (or in-memory database) that does not
+/// exist yet.
+///
+/// # Errors
+/// When the URL is refused or the database cannot be reached.
+pub(crate) async fn open_existing(database: &Database) -> anyhow::Result<Option<Db>> {
+    match database.kind {
+        DbKind::Postgres | DbKind::MySql => Db::connect(database).await.map(Some),
+        DbKind::Sqlite => {
+            let shown = redact_url(&database.url);
+            let options = sqlx::sqlite::SqliteConnectOptions::from_str(&database.url)
+                .map_err(|e| usage(format!("database URL {shown} is not valid: {e}")))?
+                .busy_timeout(hare_outbox::sqlite::BUSY_TIMEOUT);
+            if !options.get_filename().exists() {
+                return Ok(None);
+            }
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options)
+                .await
+                .with_context(|| format!("opening {shown} failed"))?;
+            Ok(Some(Db::Sqlite(hare_outbox::sqlite::SqliteBackend::new(
+                pool,
+            ))))
+        }
+    }
+}
+
+/// The database of `settings` and where its versions come from.
+pub(crate) async fn open(settings: &Settings, all: bool) -> anyhow::Result<(Db, Source)> {
+    let database = settings.database()?;
+    if all {
+        return Ok((Db::lazy(database)?, Source::All));
+    }
+    match open_existing(database).await? {
+        Some(db) => Ok((db, Source::Database)),
+        None => Ok((Db::lazy(database)?, Source::NoFile)),
+    }
+}
+
+/// Every version of the outbox table, from the database or (without one) all pending.
+pub(crate) async fn versions<B: Backend>(
+    outbox: &Outbox<B>,
+    source: Source,
+) -> anyhow::Result<Vec<MigrationStatus>> {
+    if source == Source::Database {
+        return outbox.migration_status().await.with_context(|| {
+            format!(
+                "reading the schema versions of the outbox table {} failed",
+                outbox.table()
+            )
+        });
+    }
+    Ok(outbox
+        .backend()
+        .migrations(MigrationStream::Outbox)
+        .iter()
+        .map(|m| MigrationStatus {
+            version: m.version,
+            name: m.name.to_owned(),
+            applied_at: None,
+        })
+        .collect())
+}
+
+/// Brings the outbox table of `settings` to the newest schema version, a spinner on stderr
+/// meanwhile; logs the version reached.
+///
+/// # Errors
+/// When the database refuses the DDL or records versions that disagree with this build.
+pub(crate) async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Result<()> {
     let outbox = Outbox::new(backend, settings.table.clone());
-    let step = crate::journal::step(&format!(
+    let step = crate::ui::step(&format!(
         "bringing the outbox table {} to the newest schema version",
         settings.table
     ));
@@ -245,157 +319,6 @@ async fn migrate_on<B: Backend>(backend: B, settings: &Settings) -> anyhow::Resu
             .last()
             .map_or(0, |m| m.version),
         "outbox table is in place"
-    );
-    Ok(())
-}
-
-/// `hare-outbox relay`: delivers until `shutdown` is cancelled, then finishes the batch in
-/// flight, marks it and returns.
-///
-/// # Errors
-/// When the delivery or relay options are refused, or the database is unreachable at start.
-pub async fn relay(
-    settings: &Settings,
-    create_table: bool,
-    destinations: hare_outbox::Destinations,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let database = settings.database()?;
-    let delivery = settings.delivery.build_for_relay(
-        &settings.delivery_name,
-        &settings.delivery_options,
-        &settings.relay.breaker,
-    )?;
-    // Validate before connecting, so a config mistake is reported as one.
-    settings.relay.validate()?;
-    settings.wakeup.check_backend(database.kind)?;
-    settings.wakeup.check_for_relay()?;
-    let broker_wakeup = settings.wakeup.build_broker()?;
-    let db = Db::connect(database).await?;
-    match db {
-        Db::Postgres(backend) => {
-            let mut outbox = Outbox::new(backend.clone(), settings.table.clone());
-            if let Some(wakeup) = broker_wakeup {
-                outbox = outbox.with_shared_wakeup(wakeup)?;
-            }
-            if let WakeupSettings::ListenNotify {
-                channel,
-                mode,
-                listen_url,
-            } = &settings.wakeup
-            {
-                let mode = match mode {
-                    WakeupMode::AfterCommit => NotifyMode::AfterCommit {
-                        coalesce: Duration::from_millis(1),
-                    },
-                    WakeupMode::InTransaction => NotifyMode::InTransaction,
-                };
-                let mut wakeup = ListenNotifyWakeup::new(backend.pool().clone())
-                    .with_channel(channel)
-                    .map_err(|e| usage(format!("[wakeup] {e}")))?
-                    .with_mode(mode);
-                if let Some(url) = listen_url {
-                    // One connection held for LISTEN; connected when the relay subscribes.
-                    let pool = sqlx::postgres::PgPoolOptions::new()
-                        .max_connections(2)
-                        .acquire_timeout(CONNECT_TIMEOUT)
-                        .connect_lazy(&url.value)
-                        .map_err(|e| usage(format!("[wakeup] listen_url {}: {e}", url.shown())))?;
-                    wakeup = wakeup.with_listen_pool(pool);
-                } else if backend.transaction_pooler() {
-                    // A LISTEN sent through the pooler would hear nothing and stay registered on
-                    // a server connection, which then hands notifications to the application's
-                    // own clients: the relay polls instead.
-                    tracing::warn!(
-                        "database_transaction_pooler = true and [wakeup] kind = \"listen_notify\" without listen_url: LISTEN cannot go through a transaction pooler, so this relay does not LISTEN and polls every poll_interval_seconds; set [wakeup] listen_url to a direct connection"
-                    );
-                    return relay_on(
-                        outbox,
-                        settings,
-                        delivery,
-                        create_table,
-                        destinations,
-                        shutdown,
-                    )
-                    .await;
-                }
-                outbox = outbox.with_wakeup(wakeup)?;
-            }
-            relay_on(
-                outbox,
-                settings,
-                delivery,
-                create_table,
-                destinations,
-                shutdown,
-            )
-            .await
-        }
-        Db::Sqlite(backend) => {
-            let mut outbox = Outbox::new(backend, settings.table.clone());
-            if let Some(wakeup) = broker_wakeup {
-                outbox = outbox.with_shared_wakeup(wakeup)?;
-            }
-            relay_on(
-                outbox,
-                settings,
-                delivery,
-                create_table,
-                destinations,
-                shutdown,
-            )
-            .await
-        }
-        Db::MySql(backend) => {
-            let mut outbox = Outbox::new(backend, settings.table.clone());
-            if let Some(wakeup) = broker_wakeup {
-                outbox = outbox.with_shared_wakeup(wakeup)?;
-            }
-            relay_on(
-                outbox,
-                settings,
-                delivery,
-                create_table,
-                destinations,
-                shutdown,
-            )
-            .await
-        }
-    }
-}
-
-async fn relay_on<B: Backend>(
-    outbox: Outbox<B>,
-    settings: &Settings,
-    delivery: std::sync::Arc<dyn hare_outbox::Delivery>,
-    create_table: bool,
-    destinations: hare_outbox::Destinations,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    if create_table {
-        migrate_on(outbox.backend().clone(), settings).await?;
-    }
-    let config = settings.relay.clone();
-    tracing::info!(
-        backend = outbox.backend().name(),
-        table = %settings.table,
-        delivery = %settings.delivery.describe(),
-        wakeup = %settings.wakeup.describe(),
-        name = %config.name,
-        poll_interval_seconds = config.poll_interval.as_secs_f64(),
-        batch_size = config.batch_size,
-        lease_seconds = config.lease.as_secs_f64(),
-        "relay starting"
-    );
-    let relay = OutboxRelay::new(outbox, delivery, config)?.with_destinations(destinations);
-    relay.run(shutdown).await?;
-    let stats = relay.stats();
-    tracing::info!(
-        delivered = stats.delivered,
-        failed = stats.failed,
-        dead_lettered = stats.dead_lettered,
-        polls = stats.polls,
-        "relay stopped cleanly"
     );
     Ok(())
 }

@@ -6,9 +6,9 @@ use hare_outbox::backend::CaptureBackend;
 use hare_outbox::capture::CaptureStatus;
 use hare_outbox::{ChangeCapture, Outbox};
 
-use crate::cli::{InstallArgs, UninstallArgs};
-use crate::commands::Db;
+use crate::args::{InstallArgs, UninstallArgs};
 use crate::config::Settings;
+use crate::db::Db;
 use crate::error::{DriftFound, usage};
 
 /// `sales_orders` or `erp.sales_orders`.

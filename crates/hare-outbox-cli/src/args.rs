@@ -1,16 +1,15 @@
-//! The command line: global options and subcommands.
+//! The command line: global options, subcommands, and the parsers of their values.
 
 // These doc comments are clap's help text: `[backlog]`, `[relay]` and the like name sections of
 // the config file, not Rust items, and a backslash to escape them would show in `--help`.
 #![allow(rustdoc::broken_intra_doc_links)]
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use hare_outbox::EventStatus;
-
-/// The config file read when `--config` is not given and the file exists in the current directory.
-pub const DEFAULT_CONFIG_FILE: &str = "hare-outbox.toml";
 
 /// Exit codes, shown at the end of `--help`.
 const EXIT_CODES: &str = "Exit codes:
@@ -176,11 +175,11 @@ pub struct EventsArgs {
 
     /// Only events created at or after this time: RFC 3339 (2026-11-30T10:00:00Z) or an age
     /// (15m, 2h, 7d)
-    #[arg(long, value_name = "TIME", value_parser = crate::journal::parse_time)]
+    #[arg(long, value_name = "TIME", value_parser = crate::args::parse_time)]
     pub since: Option<chrono::DateTime<chrono::Utc>>,
 
     /// Only events created before this time: RFC 3339 or an age (15m, 2h, 7d)
-    #[arg(long, value_name = "TIME", value_parser = crate::journal::parse_time)]
+    #[arg(long, value_name = "TIME", value_parser = crate::args::parse_time)]
     pub until: Option<chrono::DateTime<chrono::Utc>>,
 
     /// Events on the page, 1 to 1000
@@ -196,7 +195,7 @@ pub struct EventsArgs {
     pub follow: bool,
 
     /// How often --follow looks for new events: seconds (0.5) or a duration (2s, 1m)
-    #[arg(long, value_name = "DURATION", default_value = "1s", requires = "follow", value_parser = crate::journal::parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", requires = "follow", value_parser = crate::args::parse_interval)]
     pub interval: std::time::Duration,
 
     /// Print JSON lines (one event per line, with status, object and author) instead of a table
@@ -247,7 +246,7 @@ pub struct BacklogArgs {
 
     /// Exit 4 when the oldest pending event is older than this: seconds (300) or a duration
     /// (15m) [config: [backlog] max_age_seconds]
-    #[arg(long, value_name = "DURATION", env = "HARE_OUTBOX_BACKLOG_MAX_AGE", value_parser = crate::journal::parse_age)]
+    #[arg(long, value_name = "DURATION", env = "HARE_OUTBOX_BACKLOG_MAX_AGE", value_parser = crate::args::parse_age)]
     pub max_age: Option<std::time::Duration>,
 
     /// Exit 4 when more than N events are dead-lettered [config: [backlog] max_dead]
@@ -294,7 +293,7 @@ pub struct RetryArgs {
 pub struct CleanupArgs {
     /// Delete events finished more than this long ago: a duration (7d, 12h, 30m) or seconds
     /// [config: [cleanup] published_older_than_days / dead_lettered_older_than_days]
-    #[arg(long, value_name = "DURATION", value_parser = crate::journal::parse_age)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::parse_age)]
     pub older_than: Option<std::time::Duration>,
 
     /// Only events of this topic: an exact name or a `prefix*` pattern; repeat for several
@@ -428,4 +427,92 @@ pub struct DemoArgs {
     /// start
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values of the command line
+
+/// Parses a point in time for `--since`/`--until`: RFC 3339 (`2026-11-30T10:00:00Z`,
+/// `2026-11-30T12:00:00+02:00`) or an age counted back from now (`15m`, `2h`, `7d`, `90s`,
+/// `1h 30m`).
+///
+/// # Errors
+/// A message naming the value and both accepted forms.
+pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    let text = text.trim();
+    if let Ok(time) = DateTime::parse_from_rfc3339(text) {
+        return Ok(time.with_timezone(&Utc));
+    }
+    let age = humantime::parse_duration(text).map_err(|_| {
+        format!(
+            "{text:?} is neither an RFC 3339 time (2026-11-30T10:00:00Z) nor an age such as 15m, 2h or 7d"
+        )
+    })?;
+    chrono::Duration::from_std(age)
+        .ok()
+        .and_then(|age| Utc::now().checked_sub_signed(age))
+        .ok_or_else(|| format!("age {text:?} reaches before the year 1; use a shorter one"))
+}
+
+/// Parses an age or duration: a plain number of seconds (`300`, `0.5`) or a duration with units
+/// (`15m`, `2h`, `7d`, `1h 30m`).
+///
+/// # Errors
+/// A message naming the value and the accepted forms.
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|_| {
+            format!("{text:?} is not a duration; use 0 or more seconds, or e.g. 15m, 2h, 7d")
+        });
+    }
+    humantime::parse_duration(text).map_err(|e| {
+        format!("{text:?} is not a duration ({e}); use seconds (300) or e.g. 30s, 15m, 2h, 7d")
+    })
+}
+
+/// Parses the polling interval of `--follow`: as [`parse_age`], from 10 ms to 1 hour.
+///
+/// # Errors
+/// A message naming the value and the range allowed.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_age(text)?;
+    if interval < Duration::from_millis(10) || interval > Duration::from_secs(3600) {
+        return Err(format!(
+            "interval {text:?} is not allowed; use 10ms to 1h (e.g. 0.5, 1s, 5s)"
+        ));
+    }
+    Ok(interval)
+}
+
+/// Topic patterns as the journal queries take them.
+pub fn topic_refs(topics: &[String]) -> Vec<&str> {
+    topics.iter().map(String::as_str).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_and_times_parse() {
+        assert_eq!(parse_age("300").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_age("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_age("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(parse_age("1h 30m").unwrap(), Duration::from_secs(5400));
+        let e = parse_age("x").unwrap_err();
+        assert!(e.contains("\"x\"") && e.contains("7d"), "{e}");
+        assert!(parse_age("-5").is_err());
+        assert!(parse_interval("0").is_err());
+        assert_eq!(parse_interval("1s").unwrap(), Duration::from_secs(1));
+
+        let t = parse_time("2026-11-30T10:00:00Z").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-11-30T10:00:00+00:00");
+        let t = parse_time("2026-11-30T12:00:00+02:00").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-11-30T10:00:00+00:00");
+        let ago = Utc::now() - parse_time("2h").unwrap();
+        assert!((ago.num_seconds() - 7200).abs() < 5, "{ago}");
+        let e = parse_time("yesterday").unwrap_err();
+        assert!(e.contains("yesterday") && e.contains("RFC 3339"), "{e}");
+    }
 }
