@@ -1,6 +1,7 @@
 -- One capture trigger (one per captured operation), generated at install from
 -- information_schema. Placeholders (filled by src/capture.rs, identifiers quoted, literals
--- quoted): {trigger} the database-qualified trigger; {operation} INSERT, UPDATE or DELETE;
+-- quoted): {create} `CREATE TRIGGER` or, on MariaDB, `CREATE OR REPLACE TRIGGER`; {trigger} the
+-- database-qualified trigger; {operation} INSERT, UPDATE or DELETE;
 -- {table} the database-qualified captured table; {record} the install record as a comment;
 -- {when} the condition the row must meet (`TRUE`, or a changed captured column with
 -- skip_unchanged); {outbox} the database-qualified outbox table; {context} the context table;
@@ -14,7 +15,7 @@
 -- it and the session's token matches: it never outlives its transaction (see src/capture.rs).
 -- The context's payload keys never repeat an envelope key (the core checks), so
 -- JSON_MERGE_PRESERVE only adds them; JSON_MERGE_PATCH would drop null values.
-CREATE TRIGGER {trigger} AFTER {operation} ON {table} FOR EACH ROW
+{create} {trigger} AFTER {operation} ON {table} FOR EACH ROW
 BEGIN
     {record}
     IF {when} THEN

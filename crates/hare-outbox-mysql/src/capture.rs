@@ -39,8 +39,10 @@
 //! are not captured. Delete or update the child rows with statements of their own where their
 //! events are needed.
 //!
-//! Installing replaces the table's capture triggers (`DROP TRIGGER` then `CREATE TRIGGER`; DDL
-//! commits implicitly in MySQL, so a write to the table between the two is not captured).
+//! Installing replaces the table's capture triggers: on MariaDB each in one statement
+//! (`CREATE OR REPLACE TRIGGER`), so every write meanwhile is captured by the old trigger or the
+//! new one; MySQL has no such statement, so there it is `DROP TRIGGER` then `CREATE TRIGGER`
+//! (each DDL commits on its own), and a write to the table between the two is not captured.
 
 use hare_outbox_core::backend::template::render;
 use hare_outbox_core::backend::{CaptureInstallParams, CaptureUninstallParams, ContextSetParams};
@@ -408,13 +410,27 @@ pub(crate) async fn install(
         outbox: qualified(&outbox_db, outbox.name()),
         context,
         marks: marks_sql(mariadb),
+        create: if mariadb {
+            "CREATE OR REPLACE TRIGGER"
+        } else {
+            "CREATE TRIGGER"
+        },
     };
+    // MariaDB replaces a trigger in one statement (`CREATE OR REPLACE TRIGGER`), so a write to
+    // the table meanwhile is captured by the old trigger or the new one; MySQL drops it first.
     let mut statements = Vec::new();
+    let kept: Vec<String> = plan
+        .operations
+        .iter()
+        .map(|op| format!("{base}{}", suffix(*op)))
+        .collect();
     for name in trigger_names(&mut conn, &schema, &base).await? {
-        statements.push(format!(
-            "DROP TRIGGER IF EXISTS {}",
-            qualified(&schema, &name)
-        ));
+        if !mariadb || !kept.contains(&name) {
+            statements.push(format!(
+                "DROP TRIGGER IF EXISTS {}",
+                qualified(&schema, &name)
+            ));
+        }
     }
     for op in &plan.operations {
         statements.push(trigger_sql(
@@ -442,6 +458,8 @@ struct Target<'a> {
     outbox: String,
     context: String,
     marks: &'static str,
+    /// `CREATE TRIGGER`, or `CREATE OR REPLACE TRIGGER` on MariaDB.
+    create: &'static str,
 }
 
 async fn trigger_names(
@@ -610,6 +628,7 @@ fn trigger_sql(
                 "trigger",
                 qualified(target.schema, &format!("{}{}", target.base, suffix(op))),
             ),
+            ("create", target.create.to_owned()),
             ("operation", op.sql_keyword().to_owned()),
             ("table", qualified(target.schema, &declaration.table)),
             ("when", when),
