@@ -28,7 +28,9 @@
 //! the session's count of `BEGIN`, `COMMIT` and `ROLLBACK` statements (`Com_begin`,
 //! `Com_commit`, `Com_rollback` of the session status) when it was set, and a random token of
 //! the session (`@hare_outbox_session`): a trigger takes the row only while both are unchanged,
-//! i.e. within the same transaction of the same session. The transaction id of
+//! i.e. within the same transaction of the same session. Reading that count is the costliest part
+//! of a trigger (about 0.3 ms on MariaDB 10.11), so it is read only when the session has a
+//! context row, and a trigger that finds the row stale deletes it. The transaction id of
 //! `information_schema.innodb_trx` is not used: that table is a cache refreshed at most every
 //! 0.1 s (and not while it is read more often), so it may show an earlier transaction's id. A
 //! transaction ended by a statement that commits implicitly (DDL) keeps the context until the

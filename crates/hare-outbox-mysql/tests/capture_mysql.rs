@@ -191,6 +191,12 @@ async fn a_context_ends_with_its_transaction_on_the_same_connection() {
         headers,
         vec![json!({"author": "ann"}), json!({}), json!({}), json!({})]
     );
+    // The first captured row after the commit found ann's context stale and deleted it.
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM hare_outbox_context")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
     drop(conn);
     db.drop_database().await;
 }
