@@ -1,11 +1,10 @@
 -- The columns of a table in order: ? its database, ? its name. `type` is the column type as
--- the catalog spells it (`decimal(10,2)`, `int(11)`), `data_type` its bare type, `json` whether
--- a CHECK (json_valid(…)) makes it MariaDB's JSON, `pk` its position in the primary key (0: not
--- part of it).
+-- the catalog spells it (`decimal(10,2)`, `int(11)`), `data_type` its bare type, `pk` its
+-- position in the primary key (0: not part of it). MariaDB's JSON columns (LONGTEXT with a
+-- json_valid check) are told apart in src/capture.rs from information_schema.check_constraints.
 SELECT CAST(c.column_name AS CHAR(64)) AS name,
        CAST(c.column_type AS CHAR(1024)) AS type,
        CAST(c.data_type AS CHAR(64)) AS data_type,
-       COALESCE(c.numeric_precision, 0) + 0 AS width,
        CAST(COALESCE(k.ordinal_position, 0) AS SIGNED) AS pk
 FROM information_schema.columns AS c
 LEFT JOIN information_schema.key_column_usage AS k

@@ -269,7 +269,9 @@ async fn columns(conn: &mut MySqlConnection, schema: &str, table: &str) -> Resul
             pk: row.try_get("pk").map_err(map_err)?,
         });
     }
-    // MariaDB's JSON is LONGTEXT with a `json_valid(column)` check.
+    // MariaDB's JSON is LONGTEXT with a `json_valid(column)` check. MySQL's own JSON type needs
+    // no check, and its `check_constraints` has no `table_name` column: there the query fails
+    // and no LONGTEXT column is taken for JSON.
     if out.iter().any(|c| c.data_type == "longtext") {
         let checks: Vec<String> = sqlx::query_scalar(
             "SELECT CAST(check_clause AS CHAR) FROM information_schema.check_constraints \
