@@ -18,6 +18,16 @@
 //! [`Error::TransactionRetry`]. There is no LISTEN/NOTIFY: wake a relay in-process or through a
 //! broker.
 //!
+//! Change capture installs `AFTER INSERT|UPDATE|DELETE` triggers generated from
+//! `information_schema`. MySQL and MariaDB do not fire triggers for rows changed by cascading
+//! foreign-key actions (`ON DELETE CASCADE`, `SET NULL`, `ON UPDATE CASCADE`): such changes are
+//! not captured, only the statement's own rows are. The transaction's context
+//! (`Outbox::set_context`) is a row of `hare_outbox_context` keyed by `CONNECTION_ID()`, written
+//! in the transaction and taken by the triggers only within that same transaction (the
+//! session's count of `BEGIN`, `COMMIT` and `ROLLBACK` statements is stored with it); the table
+//! is created by the first capture install. JSON forms and details: the `capture` module's
+//! source documentation.
+//!
 //! Text that is compared or sorted (topics, keys, relay names) uses `utf8mb4_bin`, whose order is
 //! the byte order Rust strings sort in; it is a `PAD SPACE` collation, so two keys that differ
 //! only by trailing spaces count as one key.

@@ -52,7 +52,7 @@
 //! |---|---|
 //! | `sqlite` (default) | [`sqlite::SqliteBackend`]: the embedded database, a single file, no server |
 //! | `postgres` | [`postgres::PgBackend`]: PostgreSQL ≥ 13, `FOR UPDATE SKIP LOCKED` leases |
-//! | `mysql` | [`mysql::MySqlBackend`]: MySQL ≥ 8.0 and MariaDB ≥ 10.6, `FOR UPDATE SKIP LOCKED` leases (no change capture yet) |
+//! | `mysql` | [`mysql::MySqlBackend`]: MySQL ≥ 8.0 and MariaDB ≥ 10.6, `FOR UPDATE SKIP LOCKED` leases, change capture by triggers (not of rows changed by cascading foreign-key actions) |
 //! | `webhook` | [`webhook::WebhookDelivery`]: HTTP POST with HMAC-SHA256 signatures, per-event targets, `allows_url`, attempt records |
 //! | `redis` | [`redis::RedisStreamsDelivery`] (XADD, one pipeline per batch) and [`redis::RedisWakeup`] |
 //! | `rabbitmq` | [`rabbitmq::RabbitMqDelivery`] (persistent, publisher confirms) and [`rabbitmq::RabbitMqWakeup`] |

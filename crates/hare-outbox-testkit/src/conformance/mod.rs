@@ -313,8 +313,10 @@ macro_rules! suite {
 }
 
 /// Every scenario of [`suite!`](crate::suite) except the change capture groups (`capture::…`,
-/// `capture_writes::…`): for a backend whose capture triggers are not written yet (MySQL), so
-/// the rest of the suite runs on it. A backend with change capture calls [`suite!`](crate::suite).
+/// `capture_context::…`, `capture_writes::…`): for a backend whose capture triggers are not
+/// written yet, so the rest of the suite runs on it. A backend with change capture calls
+/// [`suite!`](crate::suite), or this and `suite!(@modules …)` with the capture scenarios it
+/// can pass (MySQL, whose triggers do not fire for cascading foreign-key actions).
 #[macro_export]
 macro_rules! suite_except_capture {
     ($harness:ident) => {
