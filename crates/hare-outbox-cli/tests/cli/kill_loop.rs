@@ -1,12 +1,14 @@
-//! A relay process killed with SIGKILL mid-delivery five times: nothing is lost, per-key order
-//! holds, and the only duplicates are events of the batches in flight at the kills.
+//! A relay process killed with SIGKILL mid-delivery five times, on PostgreSQL and on MariaDB:
+//! nothing is lost, per-key order holds, and the only duplicates are events of the batches in flight at the kills.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use hare_outbox::mysql::MySqlBackend;
 use hare_outbox::postgres::PgBackend;
 use hare_outbox::{EVENT_ID_HEADER, Outbox, OutboxMessage, OutboxTable};
 use hare_outbox_testkit::http::{Behaviour, Receiver};
+use hare_outbox_testkit::mysql::TestDatabase as MySqlDatabase;
 use hare_outbox_testkit::pg::TestSchema;
 use serde_json::json;
 
@@ -16,21 +18,68 @@ const KEYS: i64 = 10;
 const ROUNDS: i64 = 30;
 const BATCH: usize = 20;
 
+/// The pending-event count every backend answers the same way.
+const PENDING: &str = "SELECT count(*) FROM hare_outbox WHERE published_at IS NULL";
+
+/// `KEYS × ROUNDS` messages, round-major: each key's rounds in order.
+fn messages() -> Vec<OutboxMessage> {
+    (0..ROUNDS)
+        .flat_map(|round| {
+            (0..KEYS).map(move |key| {
+                OutboxMessage::new("doc.updated", json!({"key": key, "round": round}))
+                    .ordering_key(format!("k{key}"))
+            })
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_sigkills_mid_delivery_lose_nothing() {
     let schema = TestSchema::new(4).await;
     let outbox = Outbox::new(PgBackend::new(schema.pool.clone()), OutboxTable::default());
     outbox.migrate().await.expect("migrate");
     let mut tx = schema.pool.begin().await.expect("begin");
-    for round in 0..ROUNDS {
-        for key in 0..KEYS {
-            let message = OutboxMessage::new("doc.updated", json!({"key": key, "round": round}))
-                .ordering_key(format!("k{key}"));
-            outbox.enqueue(&mut tx, message).await.expect("enqueue");
-        }
+    for message in messages() {
+        outbox.enqueue(&mut tx, message).await.expect("enqueue");
     }
     tx.commit().await.expect("commit");
+    let pool = schema.pool.clone();
+    kill_loop(schema.url_with_search_path(), move || {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar(PENDING).fetch_one(&pool).await.ok() }
+    })
+    .await;
+    schema.drop_schema().await;
+}
 
+/// The same on MariaDB through `mysql://` (issue: MySQL backend, "kill -9 mid-run loses nothing").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_sigkills_mid_delivery_lose_nothing_on_mysql() {
+    let db = MySqlDatabase::new(4).await;
+    let outbox = Outbox::new(MySqlBackend::new(db.pool.clone()), OutboxTable::default());
+    outbox.migrate().await.expect("migrate");
+    let mut tx = db.pool.begin().await.expect("begin");
+    for message in messages() {
+        outbox.enqueue(&mut tx, message).await.expect("enqueue");
+    }
+    tx.commit().await.expect("commit");
+    let pool = db.pool.clone();
+    kill_loop(db.url(), move || {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar(PENDING).fetch_one(&pool).await.ok() }
+    })
+    .await;
+    db.drop_database().await;
+}
+
+/// Runs the relay command on `database_url` (holding the `KEYS × ROUNDS` events of
+/// [`messages`]), kills it with SIGKILL five times mid-delivery, lets a last one drain the
+/// backlog (`pending` counts what is left) and checks what the receiver got.
+async fn kill_loop<F, Fut>(database_url: String, pending: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<i64>>,
+{
     // Each answer takes a little while, so a kill lands while requests are in flight.
     let receiver = Receiver::start(Behaviour::delayed(Duration::from_millis(40)));
     let dir = TempDir::new("relay-kill-loop");
@@ -46,7 +95,7 @@ async fn five_sigkills_mid_delivery_lose_nothing() {
         command
             .args(["relay", "--config"])
             .arg(&config)
-            .env("HARE_OUTBOX_DATABASE_URL", schema.url_with_search_path());
+            .env("HARE_OUTBOX_DATABASE_URL", &database_url);
         Proc::spawn(&mut command)
     };
 
@@ -67,15 +116,8 @@ async fn five_sigkills_mid_delivery_lose_nothing() {
     // The last relay runs to the end.
     let mut last = relay();
     hare_outbox_testkit::wait_for("the backlog drained", Duration::from_secs(120), || {
-        let pool = schema.pool.clone();
-        async move {
-            let pending: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM hare_outbox WHERE published_at IS NULL")
-                    .fetch_one(&pool)
-                    .await
-                    .ok()?;
-            (pending == 0).then_some(())
-        }
+        let left = pending();
+        async move { (left.await? == 0).then_some(()) }
     })
     .await;
     last.signal("TERM");
@@ -121,5 +163,4 @@ async fn five_sigkills_mid_delivery_lose_nothing() {
         duplicates <= 5 * BATCH,
         "{duplicates} duplicates: more than the five batches in flight"
     );
-    schema.drop_schema().await;
 }
