@@ -24,6 +24,7 @@
 
 pub mod params;
 pub mod template;
+pub mod timeline;
 
 use async_trait::async_trait;
 
