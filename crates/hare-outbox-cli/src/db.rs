@@ -1,4 +1,4 @@
-//! The database: the backend a URL selects ([`Db`], [`with_backend!`]), connecting to it, and
+//! The database: the backend a URL selects ([`Db`], `with_backend!`), connecting to it, and
 //! reading the schema versions it records without creating anything.
 
 use std::str::FromStr as _;

@@ -634,7 +634,7 @@ impl Backend for MySqlBackend {
 
     /// Inside one savepoint (or a transaction of its own): the stored events of the messages'
     /// idempotency keys with one locking SELECT, then one multi-row `INSERT` per run of
-    /// same-shape new messages (split past [`sql::rows_per_insert`] rows), then one SELECT of
+    /// same-shape new messages (split past `sql::rows_per_insert` rows), then one SELECT of
     /// what was written. A key another writer commits meanwhile makes the attempt start over
     /// (up to three times).
     async fn event_insert_many(

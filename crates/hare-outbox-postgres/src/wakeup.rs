@@ -60,7 +60,7 @@ pub enum NotifyMode {
 ///
 /// Each new LISTEN connection first sends itself a probe notification (payload
 /// `hare-outbox-probe:…`, skipped by every listener) through the notifying pool. When it does
-/// not arrive within [`PROBE_TIMEOUT`], LISTEN sits behind a transaction pooler (PgBouncer in
+/// not arrive within `PROBE_TIMEOUT` (2 s), LISTEN sits behind a transaction pooler (PgBouncer in
 /// `pool_mode = transaction` drops notifications): the attempt fails with an error saying so,
 /// logged at WARN, and relays poll. Give the listener a direct connection with
 /// [`ListenNotifyWakeup::with_listen_pool`] (`[wakeup] listen_url` in the command); NOTIFY itself

@@ -1,5 +1,5 @@
 //! `keys --held`: the ordering keys held back by their head, through
-//! [`Journal`](hare_outbox::Journal).
+//! [`Journal`].
 
 use anyhow::Context as _;
 use chrono::Utc;
