@@ -369,6 +369,165 @@ pub fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.trim().is_empty())
 }
 
+/// Defines the config type of a broker wake-up that connects to one URL and signals on one
+/// named destination (a Redis channel, a NATS subject, a RabbitMQ exchange): the keys `url`,
+/// `url_env`, `url_file` and the destination's key, `KEYS`, `use_url_from_env`, `resolve`,
+/// `resolved_url`, `describe` and `build`. The broker crates' `*WakeupConfig` types are made by
+/// it, so the three read, check and hide their URL the same way; the caller writes the type's
+/// own documentation (with its example) above the name.
+///
+/// ```ignore
+/// hare_outbox_core::url_wakeup_config! {
+///     /// The Redis wake-up as a config file describes it.
+///     RedisWakeupConfig {
+///         kind: "redis",
+///         key: channel,
+///         key_doc: "The pub/sub channel. Defaults to [`DEFAULT_CHANNEL`] (`hare_outbox`).",
+///         default: crate::DEFAULT_CHANNEL,
+///         what: "pub/sub channel Redis",
+///         wakeup: crate::RedisWakeup,
+///         with: with_channel,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! url_wakeup_config {
+    (
+        $(#[$doc:meta])*
+        $name:ident {
+            kind: $kind:literal,
+            key: $key:ident,
+            key_doc: $key_doc:literal,
+            default: $default:path,
+            what: $what:literal,
+            wakeup: $wakeup:path,
+            with: $with:ident $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct $name {
+            /// The URL, written in the file; refused when it carries a password.
+            pub url: Option<String>,
+            /// The environment variable holding the URL.
+            pub url_env: Option<String>,
+            /// A file holding the URL (relative to the config file's directory).
+            pub url_file: Option<std::path::PathBuf>,
+            #[doc = $key_doc]
+            pub $key: Option<String>,
+            #[serde(skip)]
+            resolved: Option<$crate::secrets::SecretUrl>,
+        }
+
+        impl $name {
+            /// The keys a config may set.
+            pub const KEYS: &'static [&'static str] =
+                &["url", "url_env", "url_file", stringify!($key)];
+
+            /// The URL comes from the environment variable `variable` instead of `url`,
+            /// `url_env` or `url_file` (a program's override of its config file).
+            ///
+            /// # Errors
+            /// A [`ConfigError`]($crate::secrets::ConfigError) when the config sets its URL in
+            /// more than one way.
+            pub fn use_url_from_env(
+                &mut self,
+                variable: &str,
+            ) -> Result<(), $crate::secrets::ConfigError> {
+                $crate::secrets::use_url_env(
+                    &mut self.url,
+                    &mut self.url_env,
+                    &mut self.url_file,
+                    variable,
+                )
+            }
+
+            /// Reads the URL from `secrets` and checks every value, so that `build` only fails
+            /// on what needs the network.
+            ///
+            /// # Errors
+            #[doc = concat!(
+                "A `ConfigError` naming the key: no URL (then `is_missing_endpoint`), more than ",
+                "one of `url`, `url_env` and `url_file`, an unset variable, a password written in ",
+                "`url`, a URL or ", $what, " cannot take."
+            )]
+            pub fn resolve(
+                &mut self,
+                secrets: &$crate::secrets::Secrets<'_>,
+            ) -> Result<(), $crate::secrets::ConfigError> {
+                let url = self.secret_url(secrets)?;
+                self.wakeup(&url)?;
+                self.resolved = Some(url);
+                Ok(())
+            }
+
+            /// The URL as `resolve` read it, with where it came from; `None` before.
+            pub fn resolved_url(&self) -> Option<&$crate::secrets::SecretUrl> {
+                self.resolved.as_ref()
+            }
+
+            /// A one-line description for a start-up log, the password hidden.
+            pub fn describe(&self) -> String {
+                let $key = self.$key.as_deref().unwrap_or($default);
+                match &self.resolved {
+                    Some(url) => format!(
+                        concat!($kind, " {} (from {}) ", stringify!($key), " {:?}"),
+                        url.shown(),
+                        url.source,
+                        $key
+                    ),
+                    None => format!(concat!($kind, " ", stringify!($key), " {:?}"), $key),
+                }
+            }
+
+            /// The wake-up; the URL from `resolve`, or else from the process's environment.
+            /// Nothing is connected until a relay subscribes.
+            ///
+            /// # Errors
+            /// As `resolve`.
+            pub fn build(&self) -> Result<$wakeup, $crate::secrets::ConfigError> {
+                let url = self.secret_url(&$crate::secrets::Secrets::default())?;
+                self.wakeup(&url)
+            }
+
+            fn secret_url(
+                &self,
+                secrets: &$crate::secrets::Secrets<'_>,
+            ) -> Result<$crate::secrets::SecretUrl, $crate::secrets::ConfigError> {
+                if let Some(url) = &self.resolved {
+                    return Ok(url.clone());
+                }
+                secrets
+                    .url(
+                        self.url.as_deref(),
+                        self.url_env.as_deref(),
+                        self.url_file.as_deref(),
+                    )?
+                    .ok_or_else(|| {
+                        $crate::secrets::ConfigError::missing_endpoint(concat!(
+                            "kind = \"",
+                            $kind,
+                            "\" needs url, url_env or url_file"
+                        ))
+                    })
+            }
+
+            fn wakeup(
+                &self,
+                url: &$crate::secrets::SecretUrl,
+            ) -> Result<$wakeup, $crate::secrets::ConfigError> {
+                let mut wakeup = <$wakeup>::new(&url.value)?;
+                if let Some(value) = &self.$key {
+                    wakeup = wakeup.$with(value.clone())?;
+                }
+                Ok(wakeup)
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,137 +1,43 @@
 //! [`RedisWakeupConfig`]: the Redis wake-up as a config file describes it.
 
-use std::path::PathBuf;
-
-use hare_outbox_core::secrets::{ConfigError, SecretUrl, Secrets, use_url_env};
-use serde::Deserialize;
-
-use crate::{DEFAULT_CHANNEL, RedisWakeup};
-
-/// The Redis wake-up ([`RedisWakeup`]) as a config file describes it (`kind = "redis"` in the
-/// `hare-outbox` command's `[wakeup]`): writers `PUBLISH` on a channel after their commit, and a relay subscribed to it polls at once.
-///
-/// The URL (`redis://[:password@]host:port/db`) is given by exactly one of `url` (no password allowed in it), `url_env`
-/// or `url_file`; see [`hare_outbox_core::secrets`]. Writers and the relay must use the same
-/// channel.
-///
-/// # Example
-///
-/// ```
-/// use hare_outbox_redis::RedisWakeupConfig;
-///
-/// let config: RedisWakeupConfig = toml::from_str(
-///     r#"
-///     url = "redis://127.0.0.1:6379/0"
-///     channel = "erp"
-///     "#,
-/// )?;
-/// let wakeup = config.build()?;
-/// # let _ = wakeup;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct RedisWakeupConfig {
-    /// The URL, written in the file; refused when it carries a password.
-    pub url: Option<String>,
-    /// The environment variable holding the URL.
-    pub url_env: Option<String>,
-    /// A file holding the URL (relative to the config file's directory).
-    pub url_file: Option<PathBuf>,
-    /// The pub/sub channel. Defaults to [`DEFAULT_CHANNEL`] (`hare_outbox`).
-    pub channel: Option<String>,
-    #[serde(skip)]
-    resolved: Option<SecretUrl>,
-}
-
-impl RedisWakeupConfig {
-    /// The keys a config may set.
-    pub const KEYS: &'static [&'static str] = &["url", "url_env", "url_file", "channel"];
-
-    /// The URL comes from the environment variable `variable` instead of `url`, `url_env` or
-    /// `url_file` (a program's override of its config file).
+hare_outbox_core::url_wakeup_config! {
+    /// The Redis wake-up ([`RedisWakeup`](crate::RedisWakeup)) as a config file describes it (`kind = "redis"` in the
+    /// `hare-outbox` command's `[wakeup]`): writers `PUBLISH` on a channel after their commit, and a relay subscribed to it polls at once.
     ///
-    /// # Errors
-    /// A [`ConfigError`] when the config sets its URL in more than one way.
-    pub fn use_url_from_env(&mut self, variable: &str) -> Result<(), ConfigError> {
-        use_url_env(
-            &mut self.url,
-            &mut self.url_env,
-            &mut self.url_file,
-            variable,
-        )
-    }
-
-    /// Reads the URL from `secrets` and checks every value, so that [`RedisWakeupConfig::build`] only
-    /// fails on what needs the network.
+    /// The URL (`redis://[:password@]host:port/db`) is given by exactly one of `url` (no password allowed in it), `url_env`
+    /// or `url_file`; see [`hare_outbox_core::secrets`]. Writers and the relay must use the same
+    /// channel.
     ///
-    /// # Errors
-    /// A [`ConfigError`] naming the key: no URL (then [`ConfigError::is_missing_endpoint`]),
-    /// more than one of `url`, `url_env` and `url_file`, an unset variable, a password written
-    /// in `url`, a URL or pub/sub channel Redis cannot take.
-    pub fn resolve(&mut self, secrets: &Secrets<'_>) -> Result<(), ConfigError> {
-        let url = self.url(secrets)?;
-        self.wakeup(&url)?;
-        self.resolved = Some(url);
-        Ok(())
-    }
-
-    /// The URL as [`RedisWakeupConfig::resolve`] read it, with where it came from; `None` before.
-    pub fn resolved_url(&self) -> Option<&SecretUrl> {
-        self.resolved.as_ref()
-    }
-
-    /// A one-line description for a start-up log, the password hidden.
-    pub fn describe(&self) -> String {
-        let channel = self.channel.as_deref().unwrap_or(DEFAULT_CHANNEL);
-        match &self.resolved {
-            Some(url) => format!(
-                "redis {} (from {}) channel {channel:?}",
-                url.shown(),
-                url.source
-            ),
-            None => format!("redis channel {channel:?}"),
-        }
-    }
-
-    /// The wake-up; the URL from [`RedisWakeupConfig::resolve`], or else from the process's environment.
-    /// Nothing is connected until a relay subscribes.
+    /// # Example
     ///
-    /// # Errors
-    /// As [`RedisWakeupConfig::resolve`].
-    pub fn build(&self) -> Result<RedisWakeup, ConfigError> {
-        let url = self.url(&Secrets::default())?;
-        self.wakeup(&url)
-    }
-
-    fn url(&self, secrets: &Secrets<'_>) -> Result<SecretUrl, ConfigError> {
-        if let Some(url) = &self.resolved {
-            return Ok(url.clone());
-        }
-        secrets
-            .url(
-                self.url.as_deref(),
-                self.url_env.as_deref(),
-                self.url_file.as_deref(),
-            )?
-            .ok_or_else(|| {
-                ConfigError::missing_endpoint("kind = \"redis\" needs url, url_env or url_file")
-            })
-    }
-
-    fn wakeup(&self, url: &SecretUrl) -> Result<RedisWakeup, ConfigError> {
-        let mut wakeup = RedisWakeup::new(&url.value)?;
-        if let Some(channel) = &self.channel {
-            wakeup = wakeup.with_channel(channel.clone())?;
-        }
-        Ok(wakeup)
+    /// ```
+    /// use hare_outbox_redis::RedisWakeupConfig;
+    ///
+    /// let config: RedisWakeupConfig = toml::from_str(
+    ///     r#"
+    ///     url = "redis://127.0.0.1:6379/0"
+    ///     channel = "erp"
+    ///     "#,
+    /// )?;
+    /// let wakeup = config.build()?;
+    /// # let _ = wakeup;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    RedisWakeupConfig {
+        kind: "redis",
+        key: channel,
+        key_doc: "The pub/sub channel. Defaults to [`DEFAULT_CHANNEL`](crate::DEFAULT_CHANNEL) (`hare_outbox`).",
+        default: crate::DEFAULT_CHANNEL,
+        what: "pub/sub channel Redis",
+        wakeup: crate::RedisWakeup,
+        with: with_channel,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hare_outbox_core::secrets::Secrets;
 
     fn config(text: &str) -> RedisWakeupConfig {
         toml::from_str(text).expect("valid TOML of the config")
