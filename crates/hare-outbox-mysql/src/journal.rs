@@ -205,24 +205,7 @@ pub(crate) async fn timeline(
             );
         }
     }
-    let mut backlog = before.created - before.finished;
-    let mut out = Vec::with_capacity(counts.len());
-    for (k, (c, r)) in counts.iter().zip(&ranks).enumerate() {
-        backlog += c.created - c.finished;
-        let (start, end) = grid.bounds(k as i64);
-        out.push(TimelineBucket {
-            start: Grid::time(start)?,
-            end: Grid::time(end)?,
-            created: c.created,
-            published: c.published,
-            dead_lettered: c.dead_lettered,
-            backlog,
-            latency_p50_ms: r.quantile_ms(0.5),
-            latency_p95_ms: r.quantile_ms(0.95),
-            latency_max_ms: r.quantile_ms(1.0),
-        });
-    }
-    Ok(out)
+    grid.assemble(before, &counts, &ranks)
 }
 
 #[cfg(test)]

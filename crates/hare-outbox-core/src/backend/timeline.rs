@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
-use crate::journal::{MAX_TIMELINE_BUCKETS, TimelineParams};
+use crate::journal::{MAX_TIMELINE_BUCKETS, TimelineBucket, TimelineParams};
 
 /// The buckets of a timeline in whole microseconds, the resolution timestamps are stored with:
 /// bucket `k` spans `[since + k·width, since + (k+1)·width)`, the last one ends at `until`.
@@ -79,6 +79,38 @@ impl TimelineGrid {
             start + self.width_us
         };
         (start, end)
+    }
+
+    /// The buckets of the timeline: `counts[k]` and `ranks[k]` for bucket `k` (as many as the
+    /// grid has), the backlog carried from `before` (the counts of everything before the
+    /// window) and the latency percentiles p50, p95 and max in milliseconds.
+    ///
+    /// # Errors
+    /// As [`TimelineGrid::time`], for a bucket bound no time can hold.
+    pub fn assemble(
+        &self,
+        before: BucketCounts,
+        counts: &[BucketCounts],
+        ranks: &[LatencyRanks],
+    ) -> Result<Vec<TimelineBucket>> {
+        let mut backlog = before.created - before.finished;
+        let mut out = Vec::with_capacity(counts.len());
+        for (k, (c, r)) in counts.iter().zip(ranks).enumerate() {
+            backlog += c.created - c.finished;
+            let (start, end) = self.bounds(k as i64);
+            out.push(TimelineBucket {
+                start: Self::time(start)?,
+                end: Self::time(end)?,
+                created: c.created,
+                published: c.published,
+                dead_lettered: c.dead_lettered,
+                backlog,
+                latency_p50_ms: r.quantile_ms(0.5),
+                latency_p95_ms: r.quantile_ms(0.95),
+                latency_max_ms: r.quantile_ms(1.0),
+            });
+        }
+        Ok(out)
     }
 
     /// `micros` since the Unix epoch as a time.
